@@ -1,0 +1,12 @@
+"""The fused FP8 e4m3 KV-cache write (`fused_fp8_set_kv_buffer`) and its specification
+(`naive_fp8_set_kv_buffer`), with the recipes that name the quantization arithmetic."""
+
+from kernel import backend  # noqa: F401  (must run before triton is imported: picks the interpreter)
+from kernel.fused import fused_fp8_set_kv_buffer
+from kernel.recipe import DEFAULT_RECIPE, NAN_BYTE, RECIPES, Recipe, get_recipe
+from kernel.reference import naive_fp8_set_kv_buffer, quantize
+
+__all__ = [
+    "DEFAULT_RECIPE", "NAN_BYTE", "RECIPES", "Recipe", "fused_fp8_set_kv_buffer", "get_recipe",
+    "naive_fp8_set_kv_buffer", "quantize",
+]

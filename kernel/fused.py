@@ -1,0 +1,115 @@
+"""The fused FP8 KV-cache write: validate once, launch one Triton kernel.
+
+The wrapper stays thin on purpose: after `make_plan` it only reads strides and pointers and
+launches; it creates no tensors and runs no torch ops, so the call is CUDA-graph capturable with
+every kind of scale (a Python float goes to the kernel as an fp32 argument, 1/scale is computed
+in the kernel).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernel.backend import interpreted, resolve_encoder
+from kernel.plan import Plan, ScaleArg, make_plan
+from kernel.recipe import DEFAULT_RECIPE, Recipe
+from kernel.reference import naive_fp8_set_kv_buffer
+from kernel.triton_kernel import fp8_kv_write
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def choose_tile(num_tokens: int, heads: int, dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): a pure function of the sizes, from a few buckets.
+
+    Compiled: about 4096 elements a program, enough bytes in flight per SM for the copy roofline.
+    Interpreted: each program costs tens of milliseconds, so tiles are larger, but still small
+    enough that CI's cases span several programs on every axis (T > 8, H > 4 or D > 128).
+    """
+    if interpreted():
+        return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), \
+            min(_pow2_at_least(dim), 128), 1
+    block_d = min(max(_pow2_at_least(dim), 16), 128)
+    block_h = min(_pow2_at_least(heads), max(1, 1024 // block_d))
+    block_t = max(1, 4096 // (block_h * block_d))
+    return block_t, block_h, block_d, 4
+
+
+def _vectorizable(plan: Plan) -> bool:
+    """True when every row offset is a multiple of 16 elements and every dim stride is 1."""
+    k, v = plan.k.stride(), plan.v.stride()
+    kc = Plan.cache_strides(plan.k_cache, plan.page_size)
+    vc = Plan.cache_strides(plan.v_cache, plan.page_size)
+    return (plan.head_dim % 16 == 0 and k[2] == v[2] == kc[3] == vc[3] == 1
+            and all(s % 16 == 0 for s in (*k[:2], *v[:2], *kc[:3], *vc[:3])))
+
+
+def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+    """(pointer, value, from_pointer) for the kernel; a float travels by value."""
+    if scale.tensor is not None:
+        return scale.tensor, 0.0, 1
+    return dummy, scale.value, 0
+
+
+def launch(plan: Plan, encoder: str | None = None) -> None:
+    """Run the kernel for a validated plan (nothing to do for T == 0)."""
+    if plan.num_tokens == 0:
+        return
+    if plan.device.type != "cuda" and not interpreted():
+        raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
+                         f"TRITON_INTERPRET=1), got {plan.device}")
+    software = resolve_encoder(encoder, plan.device) == "software"
+    r = plan.recipe
+    block_t, block_h, block_d, warps = choose_tile(plan.num_tokens, plan.num_heads, plan.head_dim)
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h),
+            triton.cdiv(plan.head_dim, block_d))
+    ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)
+    vs_ptr, vs_value, vs_from_ptr = _scale_args(plan.v_scale, plan.cache_loc)
+    fp8_kv_write[grid](
+        plan.k, plan.v, plan.k_cache, plan.v_cache, plan.cache_loc, ks_ptr, vs_ptr,
+        ks_value, vs_value, ks_from_ptr, vs_from_ptr,
+        int(r.scale_op == "mul_reciprocal"), int(r.scale_dtype == "input"),
+        int(r.intermediate == "input"), int(r.overflow == "saturate"),
+        plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots,
+        plan.cache_loc.stride(0),
+        *plan.k.stride(), *plan.v.stride(),
+        *Plan.cache_strides(plan.k_cache, plan.page_size),
+        *Plan.cache_strides(plan.v_cache, plan.page_size),
+        SOFTWARE=software, VEC=_vectorizable(plan),
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
+    )
+
+
+def fused_fp8_set_kv_buffer(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_loc: torch.Tensor,
+    k_scale: float | torch.Tensor | None = None,
+    v_scale: float | torch.Tensor | None = None,
+    page_size: int = 16,
+    use_triton: bool = True,
+    *,
+    recipe: Recipe | str = DEFAULT_RECIPE,
+    checked: bool = False,
+    encoder: str | None = None,
+) -> None:
+    """Quantize K and V to e4m3 and write token t to cache slot cache_loc[t], in one launch.
+
+    Slot s is page s // page_size, offset s % page_size. Negative entries are padding and write
+    nothing. Entries >= the number of slots never write: with checked=True they raise ValueError
+    first (a host sync, so not under CUDA-graph capture); otherwise they are skipped like padding.
+    If two tokens name one slot, which token's byte lands in each position is unspecified.
+    use_triton=False runs the reference (`naive_fp8_set_kv_buffer`) instead.
+    """
+    if not use_triton:
+        naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                                recipe=recipe, checked=checked)
+        return
+    plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                     recipe=recipe, checked=checked)
+    launch(plan, encoder)

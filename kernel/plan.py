@@ -1,0 +1,198 @@
+"""Argument normalization: the one place that decides what a call means.
+
+`make_plan` validates the user's arguments and turns them into a `Plan`: sizes, strides in elements,
+the layout, and the scale kinds. The reference and the fused kernel both start from it, so they cannot
+disagree on what a call means, and both raise the same `TypeError`/`ValueError` before anything is
+written. Validation never uses `assert` (it must survive `python -O`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from kernel.recipe import Recipe, get_recipe
+
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+CACHE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
+LOC_DTYPES = (torch.int32, torch.int64)
+
+ScaleKind = Literal["none", "float", "tensor"]
+
+
+@dataclass(frozen=True)
+class ScaleArg:
+    """A normalized scale: None and Python floats become fp32 values, tensors stay on the device."""
+
+    kind: ScaleKind
+    value: float  # the fp32-rounded value for "none" (1.0) and "float"; unused for "tensor"
+    tensor: torch.Tensor | None  # a float32 tensor of one element, for "tensor"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a call means, in elements. Caches are described as [pages, page_size, H, D]."""
+
+    num_tokens: int
+    num_heads: int
+    head_dim: int
+    page_size: int
+    num_slots: int
+    k: torch.Tensor  # [T, H, D] view of the input
+    v: torch.Tensor
+    k_cache: torch.Tensor  # as given (3-D or 4-D)
+    v_cache: torch.Tensor
+    cache_loc: torch.Tensor
+    k_scale: ScaleArg
+    v_scale: ScaleArg
+    recipe: Recipe
+
+    @property
+    def device(self) -> torch.device:
+        return self.k.device
+
+    @staticmethod
+    def cache_strides(cache: torch.Tensor, page_size: int) -> tuple[int, int, int, int]:
+        """(page, offset, head, dim) strides in elements; a 3-D cache's slot stride is reused."""
+        if cache.dim() == 3:
+            s_slot, s_head, s_dim = cache.stride()
+            return page_size * s_slot, s_slot, s_head, s_dim
+        return tuple(cache.stride())  # type: ignore[return-value]
+
+
+def _fail(kind: type[Exception], message: str) -> Exception:
+    return kind(f"fused_fp8_set_kv_buffer: {message}")
+
+
+def _check_tensor(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise _fail(TypeError, f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _normalize_input(name: str, x: torch.Tensor, heads: int, dim: int) -> torch.Tensor:
+    """Return x as a [T, H, D] view; a [T, H*D] input is split without copying."""
+    if x.dtype not in INPUT_DTYPES:
+        raise _fail(TypeError, f"{name}.dtype must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() == 3:
+        if tuple(x.shape[1:]) != (heads, dim):
+            raise _fail(ValueError, f"{name} must have shape [T, {heads}, {dim}] to match the cache, "
+                        f"got {list(x.shape)}")
+        return x
+    if x.dim() == 2:
+        if x.shape[1] != heads * dim:
+            raise _fail(ValueError, f"{name} must have shape [T, {heads * dim}] (H*D of the cache), "
+                        f"got {list(x.shape)}")
+        return x.unflatten(1, (heads, dim))  # splitting a dim is always a view
+    raise _fail(ValueError, f"{name} must be 2-D [T, H*D] or 3-D [T, H, D], got {x.dim()}-D")
+
+
+def _check_cache(name: str, cache: torch.Tensor, page_size: int) -> None:
+    if cache.dtype not in CACHE_DTYPES:
+        raise _fail(TypeError, f"{name}.dtype must be float8_e4m3fn or uint8, got {cache.dtype}")
+    if cache.dim() not in (3, 4):
+        raise _fail(ValueError, f"{name} must be 3-D [S, H, D] or 4-D [P, page_size, H, D], "
+                    f"got {cache.dim()}-D")
+    if cache.dim() == 4 and cache.shape[1] != page_size:
+        raise _fail(ValueError, f"{name}.shape[1] must equal page_size={page_size}, got {cache.shape[1]}")
+    if any(n == 0 for n in cache.shape[-2:]):
+        raise _fail(ValueError, f"{name} must have at least one head and one dim, got {list(cache.shape)}")
+    for size, stride in zip(cache.shape, cache.stride()):
+        if size > 1 and stride == 0:
+            raise _fail(ValueError, f"{name} must not be an expanded view (a zero stride aliases slots)")
+
+
+def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg:
+    if scale is None:
+        return ScaleArg("none", 1.0, None)
+    if isinstance(scale, bool) or not isinstance(scale, (float, int, torch.Tensor)):
+        raise _fail(TypeError, f"{name} must be None, a float or a 1-element float32 tensor, "
+                    f"got {type(scale).__name__}")
+    if isinstance(scale, torch.Tensor):
+        if scale.dtype != torch.float32:
+            raise _fail(TypeError, f"{name} must be a float32 tensor, got {scale.dtype}")
+        if scale.numel() != 1:
+            raise _fail(ValueError, f"{name} must be a 0-d or 1-element tensor, got shape {list(scale.shape)}")
+        if scale.device != device:
+            raise _fail(ValueError, f"{name} must be on {device} like k, got {scale.device}")
+        return ScaleArg("tensor", math.nan, scale)
+    value = float(scale)
+    fp32 = torch.tensor(value, dtype=torch.float32).item()  # RNE double -> float, as a kernel argument
+    if not (math.isfinite(fp32) and fp32 > 0.0):
+        raise _fail(ValueError, f"{name} must be a positive finite float32 value, got {value!r}")
+    return ScaleArg("float", fp32, None)
+
+
+def make_plan(
+    k: object,
+    v: object,
+    k_cache: object,
+    v_cache: object,
+    cache_loc: object,
+    k_scale: object = None,
+    v_scale: object = None,
+    page_size: object = 16,
+    *,
+    recipe: Recipe | str,
+    checked: bool = False,
+) -> Plan:
+    """Validate a call and describe it. Raises TypeError/ValueError naming the bad argument."""
+    k, v = _check_tensor("k", k), _check_tensor("v", v)
+    k_cache, v_cache = _check_tensor("k_cache", k_cache), _check_tensor("v_cache", v_cache)
+    cache_loc = _check_tensor("cache_loc", cache_loc)
+    recipe = get_recipe(recipe)
+    if isinstance(page_size, bool) or not isinstance(page_size, int):
+        raise _fail(TypeError, f"page_size must be an int, got {type(page_size).__name__}")
+    if page_size < 1:
+        raise _fail(ValueError, f"page_size must be >= 1, got {page_size}")
+    if not isinstance(checked, bool):
+        raise _fail(TypeError, f"checked must be a bool, got {type(checked).__name__}")
+
+    device = k.device
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_loc", cache_loc)):
+        if t.device != device:
+            raise _fail(ValueError, f"{name} must be on {device} like k, got {t.device}")
+
+    _check_cache("k_cache", k_cache, page_size)
+    _check_cache("v_cache", v_cache, page_size)
+    if k_cache.shape != v_cache.shape:
+        raise _fail(ValueError, f"v_cache shape {list(v_cache.shape)} must equal k_cache shape "
+                    f"{list(k_cache.shape)}")
+    heads, dim = k_cache.shape[-2], k_cache.shape[-1]
+    num_slots = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
+
+    k3 = _normalize_input("k", k, heads, dim)
+    v3 = _normalize_input("v", v, heads, dim)
+    if v.dtype != k.dtype:
+        raise _fail(TypeError, f"v.dtype must equal k.dtype ({k.dtype}), got {v.dtype}")
+    if v3.shape[0] != k3.shape[0]:
+        raise _fail(ValueError, f"v has {v3.shape[0]} tokens but k has {k3.shape[0]}")
+
+    if cache_loc.dtype not in LOC_DTYPES:
+        raise _fail(TypeError, f"cache_loc.dtype must be int32 or int64, got {cache_loc.dtype}")
+    if cache_loc.dim() != 1 or cache_loc.shape[0] != k3.shape[0]:
+        raise _fail(ValueError, f"cache_loc must have shape [{k3.shape[0]}] (one slot per token), "
+                    f"got {list(cache_loc.shape)}")
+    if checked and cache_loc.numel() and bool((cache_loc >= num_slots).any()):
+        bad = cache_loc[cache_loc >= num_slots][:4].tolist()
+        raise _fail(ValueError, f"cache_loc entries must be < {num_slots} (the cache's slots) or "
+                    f"negative (padding), got {bad}")
+
+    return Plan(
+        num_tokens=k3.shape[0],
+        num_heads=heads,
+        head_dim=dim,
+        page_size=page_size,
+        num_slots=num_slots,
+        k=k3,
+        v=v3,
+        k_cache=k_cache,
+        v_cache=v_cache,
+        cache_loc=cache_loc,
+        k_scale=_normalize_scale("k_scale", k_scale, device),
+        v_scale=_normalize_scale("v_scale", v_scale, device),
+        recipe=recipe,
+    )

@@ -1,0 +1,107 @@
+"""Recipes: the quantization arithmetic, named after the real implementations they model.
+
+A recipe is small immutable data. The reference (`kernel.reference`) and the fused Triton kernel
+(`kernel.fused`) both read it; neither guesses.  Every step a recipe names is an IEEE operation or a
+round-to-nearest-even (RNE) step onto a named number format:
+
+    s  = fp32(scale)                              exact for tensors, RNE for Python floats
+    s  = round_to(input dtype, s)                 only if scale_dtype == "input"
+    y  = x_f32 * (1 / s)   or   x_f32 / s         scale_op; both operations IEEE, in fp32
+    y  = round_to(input dtype, y)                 only if intermediate == "input"
+    q  = round_to(e4m3, y)                        RNE onto the e4m3 grid, then overflow:
+         |q| > 448  ->  +-448 (0x7E/0xFE)         overflow == "saturate" (+-inf too)
+         |q| > 448  ->  NaN (0x7F/0xFF)           overflow == "nan"      (+-inf too)
+    NaN in any step -> 0x7F                       every recipe (sign dropped)
+
+A scale of None means 1.0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ScaleOp = Literal["mul_reciprocal", "divide"]
+ScaleDtype = Literal["fp32", "input"]
+Intermediate = Literal["none", "input"]
+Overflow = Literal["saturate", "nan"]
+
+#: The byte every NaN becomes, in every recipe.
+NAN_BYTE = 0x7F
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One exactly specified way to quantize an input value to an e4m3 byte."""
+
+    name: str
+    scale_op: ScaleOp
+    scale_dtype: ScaleDtype
+    intermediate: Intermediate
+    overflow: Overflow
+    models: str
+
+    def __post_init__(self) -> None:
+        for field, allowed in (
+            ("scale_op", ("mul_reciprocal", "divide")),
+            ("scale_dtype", ("fp32", "input")),
+            ("intermediate", ("none", "input")),
+            ("overflow", ("saturate", "nan")),
+        ):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"Recipe.{field} must be one of {allowed}, got {getattr(self, field)!r}")
+
+    @property
+    def arithmetic(self) -> str:
+        """The recipe's arithmetic as one line, for tables and reports."""
+        scale = "fp32(in(s))" if self.scale_dtype == "input" else "fp32(s)"
+        op = f"x * (1/{scale})" if self.scale_op == "mul_reciprocal" else f"x / {scale}"
+        rounded = f"in({op})" if self.intermediate == "input" else op
+        over = "saturate to ±448" if self.overflow == "saturate" else "NaN past ±464"
+        return f"e4m3({rounded}), {over}"
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(
+            "unfused", "mul_reciprocal", "fp32", "input", "saturate",
+            "the unfused server write on CUDA: k.div_(float_scale) then .to(float8_e4m3fn), "
+            "on a torch whose cast saturates",
+        ),
+        Recipe(
+            "unfused-nan", "mul_reciprocal", "fp32", "input", "nan",
+            "the same unfused write on torch <= 2.11 (CUDA), whose cast gives NaN above 464",
+        ),
+        Recipe(
+            "unfused-tensor0d", "divide", "input", "input", "saturate",
+            "k.div_(scale) with a 0-d fp32 CUDA tensor: the scale is first rounded to k's dtype",
+        ),
+        Recipe(
+            "unfused-tensor1", "divide", "fp32", "input", "saturate",
+            "k.div_(scale) with a 1-element fp32 CUDA tensor, or with a float on the CPU",
+        ),
+        Recipe(
+            "single", "mul_reciprocal", "fp32", "none", "saturate",
+            "Triton's (x.to(f32) * (1/s)).to(tl.float8e4nv) on sm_89+ (cvt.rn.satfinite), "
+            "TensorRT-LLM-style fused kernels",
+        ),
+        Recipe(
+            "divide", "divide", "fp32", "none", "saturate",
+            "vLLM's CUDA cache write: __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3)",
+        ),
+    )
+}
+
+DEFAULT_RECIPE: Recipe = RECIPES["unfused"]
+
+
+def get_recipe(recipe: Recipe | str) -> Recipe:
+    """Accept a Recipe or the name of one in RECIPES."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    if isinstance(recipe, str):
+        if recipe in RECIPES:
+            return RECIPES[recipe]
+        raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
+    raise TypeError(f"recipe must be a kernel.Recipe or a recipe name, got {type(recipe).__name__}")

@@ -1,0 +1,150 @@
+"""The specification: quantize K and V to e4m3 bytes and scatter them to their cache slots.
+
+Everything here is plain torch, and every rounding step is written out instead of being left to
+`div_` or `.to(torch.float8_e4m3fn)`, whose results depend on the device, the scale's type and the
+torch version (../shared/FACTS.md). The only operations trusted are ones IEEE defines exactly and
+that torch computes the same way on every device: fp32 multiply and divide, float64 arithmetic on
+exactly representable values, `torch.round` (ties to even) and `torch.frexp`.
+
+So the reference gives the same bytes on CPU and CUDA, under any torch version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernel.plan import Plan, ScaleArg, make_plan
+from kernel.recipe import DEFAULT_RECIPE, NAN_BYTE, Recipe
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary floating-point format, as far as rounding onto its grid needs it."""
+
+    name: str
+    mantissa_bits: int
+    min_normal_exp: int  # the exponent of the smallest normal number; subnormals share its quantum
+    max_finite: float
+
+
+BF16 = Format("bfloat16", 7, -126, (2 - 2**-7) * 2.0**127)
+FP16 = Format("float16", 10, -14, 65504.0)
+E4M3 = Format("float8_e4m3fn", 3, -6, 448.0)
+INPUT_FORMATS = {torch.bfloat16: BF16, torch.float16: FP16, torch.float32: None}  # None: already fp32
+
+
+def _pow2(exponent: torch.Tensor) -> torch.Tensor:
+    """2**exponent as float64, built from its bits so that it is exact on every device."""
+    return ((exponent.to(torch.int64) + 1023) << 52).view(torch.float64)
+
+
+def round_to_grid(y: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Round fp32 values to nearest, ties to even, onto fmt's grid with an unbounded exponent.
+
+    Worked in float64, where every step is exact: the quantum (spacing of fmt's numbers in y's
+    binade) is a power of two, y / quantum is exact, and torch.round breaks ties to even.
+    ±inf and NaN pass through; the sign of zero is kept.
+    """
+    y64 = y.to(torch.float64)
+    _, e = torch.frexp(y64.abs())  # |y| = m * 2**e with m in [0.5, 1), so floor(log2|y|) = e - 1
+    binade = torch.clamp(e - 1, min=fmt.min_normal_exp)
+    quantum = _pow2(binade - fmt.mantissa_bits)
+    return torch.round(y64 / quantum) * quantum
+
+
+def round_to_input_dtype(y: torch.Tensor, fmt: Format | None) -> torch.Tensor:
+    """IEEE RNE of fp32 values to bf16/fp16, overflowing to ±inf, returned as fp32 (exact).
+
+    This models the store of an unfused op's result in the input dtype (`__float2bfloat16_rn`,
+    c10's `round_to_nearest_even`, `__float2half_rn`).
+    """
+    if fmt is None:
+        return y
+    q = round_to_grid(y, fmt)
+    q = torch.where(q.abs() > fmt.max_finite, torch.copysign(torch.full_like(q, torch.inf), q), q)
+    return q.to(torch.float32)
+
+
+def encode_e4m3(y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """fp32 values -> e4m3fn bytes: RNE onto the e4m3 grid, then the recipe's overflow rule."""
+    q = round_to_grid(y, E4M3)
+    negative, nan = torch.signbit(q), torch.isnan(q)
+    overflow = q.abs() > E4M3.max_finite  # includes ±inf
+    # Saturate (cvt.rn.satfinite, torch >= 2.12's cast): past ±448 is ±448. The "nan" rule
+    # replaces these bytes below; NaN gets a placeholder magnitude so that frexp stays defined.
+    mag = torch.where(overflow, E4M3.max_finite, torch.where(nan, 0.0, q.abs()))
+
+    # Exact value -> fields. Normal: 2**(E-7) * (1 + M/8). Subnormal: M * 2**-9.
+    _, e = torch.frexp(mag)
+    normal = mag >= 2.0**E4M3.min_normal_exp
+    exp_field = torch.where(normal, e + 6, 0).to(torch.int64)  # floor(log2 mag) + bias 7
+    man_unit = torch.where(normal, _pow2(e - 1 - E4M3.mantissa_bits), 2.0**-9)
+    man_field = (mag / man_unit).to(torch.int64) - torch.where(normal, 8, 0)
+    byte = (exp_field << 3) | man_field
+
+    if recipe.overflow == "nan":  # c10's fp8e4m3fn_from_fp32_value: past the range is NaN, signed
+        byte = torch.where(overflow, NAN_BYTE, byte)
+    byte = byte | (negative.to(torch.int64) << 7)
+    byte = torch.where(nan, NAN_BYTE, byte)  # every recipe drops a NaN's sign
+    return byte.to(torch.uint8)
+
+
+def scale_to_fp32(scale: ScaleArg, device: torch.device) -> torch.Tensor:
+    """The scale as a 0-d fp32 tensor: a float was rounded to fp32 in make_plan; tensors are fp32."""
+    if scale.tensor is not None:
+        return scale.tensor.reshape(())
+    return torch.tensor(scale.value, dtype=torch.float32, device=device)
+
+
+def quantize(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
+    """The definition: input values -> e4m3 bytes under `recipe`, step by step."""
+    in_fmt = INPUT_FORMATS[x.dtype]
+    x32 = x.to(torch.float32)  # exact widening
+    s32 = scale_to_fp32(scale, x.device)
+    if recipe.scale_dtype == "input":  # a 0-d tensor takes part in div_ in the input dtype
+        s32 = round_to_input_dtype(s32, in_fmt)
+    if recipe.scale_op == "mul_reciprocal":  # ATen's CUDA div by a scalar: x * (1.0f / s)
+        y = x32 * (torch.ones_like(s32) / s32)
+    else:  # IEEE fp32 division
+        y = x32 / s32
+    if recipe.intermediate == "input":  # the unfused op stores its quotient in the input dtype
+        y = round_to_input_dtype(y, in_fmt)
+    return encode_e4m3(y, recipe)
+
+
+def scatter(plan: Plan, x: torch.Tensor, cache: torch.Tensor, scale: ScaleArg) -> None:
+    """Write token t's bytes to slot cache_loc[t]; negative or out-of-range slots write nothing."""
+    loc = plan.cache_loc.to(torch.int64)
+    tokens = ((loc >= 0) & (loc < plan.num_slots)).nonzero().flatten()
+    slots = loc[tokens]
+    data = quantize(x[tokens], scale, plan.recipe)
+    cache_bytes = cache.view(torch.uint8)  # a view: writes land in the caller's storage
+    if cache.dim() == 3:
+        cache_bytes[slots] = data
+    else:
+        cache_bytes[slots // plan.page_size, slots % plan.page_size] = data
+
+
+def naive_fp8_set_kv_buffer(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_loc: torch.Tensor,
+    k_scale: float | torch.Tensor | None = None,
+    v_scale: float | torch.Tensor | None = None,
+    page_size: int = 16,
+    use_triton: bool = False,
+    *,
+    recipe: Recipe | str = DEFAULT_RECIPE,
+    checked: bool = False,
+) -> None:
+    """The reference KV write. Same signature as the fused kernel; `use_triton` is ignored."""
+    plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                     recipe=recipe, checked=checked)
+    if plan.num_tokens == 0:
+        return
+    scatter(plan, plan.k, plan.k_cache, plan.k_scale)
+    scatter(plan, plan.v, plan.v_cache, plan.v_scale)
