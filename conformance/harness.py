@@ -7,10 +7,12 @@ that Case, with its error, not an abort of the run.
 
 from __future__ import annotations
 
+import time
 import traceback
 
 import torch
 
+from conformance import stats
 from conformance.bytediff import compare_caches
 from conformance.impls import Implementation
 from kernel import naive_fp8_set_kv_buffer
@@ -48,7 +50,9 @@ def mismatch_report(case: Case, impl: Implementation, device: torch.device) -> s
 
 def check_case(case: Case, impl: Implementation, device: torch.device) -> None:
     """Assert bit-exactness of impl against the reference on one Case."""
+    started = time.perf_counter()
     report = mismatch_report(case, impl, device)
+    stats.record(time.perf_counter() - started)
     if report:
         from conformance.artifacts import save_failure
         path = save_failure(case, impl, report)

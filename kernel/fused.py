@@ -68,8 +68,11 @@ def launch(plan: Plan, encoder: str | None = None) -> None:
             triton.cdiv(plan.head_dim, block_d))
     ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)
     vs_ptr, vs_value, vs_from_ptr = _scale_args(plan.v_scale, plan.cache_loc)
+    # Caches go to the kernel as bytes: one compiled variant serves fp8 and uint8 storage.
+    k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
+    v_bytes = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     fp8_kv_write[grid](
-        plan.k, plan.v, plan.k_cache, plan.v_cache, plan.cache_loc, ks_ptr, vs_ptr,
+        plan.k, plan.v, k_bytes, v_bytes, plan.cache_loc, ks_ptr, vs_ptr,
         ks_value, vs_value, ks_from_ptr, vs_from_ptr,
         int(r.scale_op == "mul_reciprocal"), int(r.scale_dtype == "input"),
         int(r.intermediate == "input"), int(r.overflow == "saturate"),

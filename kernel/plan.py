@@ -9,6 +9,7 @@ written. Validation never uses `assert` (it must survive `python -O`).
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import Literal
 
@@ -120,7 +121,10 @@ def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg
             raise _fail(ValueError, f"{name} must be on {device} like k, got {scale.device}")
         return ScaleArg("tensor", math.nan, scale)
     value = float(scale)
-    fp32 = torch.tensor(value, dtype=torch.float32).item()  # RNE double -> float, as a kernel argument
+    try:  # RNE double -> float, as the kernel argument will be (and cheaper than a torch op)
+        fp32 = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        fp32 = math.inf
     if not (math.isfinite(fp32) and fp32 > 0.0):
         raise _fail(ValueError, f"{name} must be a positive finite float32 value, got {value!r}")
     return ScaleArg("float", fp32, None)

@@ -27,16 +27,6 @@ INT_ARGS = [
 
 
 @triton.jit
-def _rne_shift_right(a, shift):
-    """a >> shift, rounded to nearest with ties to even (a: uint32, 1 <= shift <= 31)."""
-    q = a >> shift
-    rem = a - (q << shift)
-    half = 1 << (shift - 1)
-    round_up = (rem > half) | ((rem == half) & ((q & 1) == 1))
-    return q + round_up.to(tl.uint32)
-
-
-@triton.jit
 def _round_bf16_sw(y):
     """RNE of fp32 to bf16, returned as fp32: add 0x7FFF plus the kept LSB, drop 16 bits.
 
@@ -65,20 +55,19 @@ def _round_input(y, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
 
 @triton.jit
 def _e4m3_sw(y, saturate):
-    """fp32 -> e4m3fn byte with integer operations only (the c10 method, subnormals by shifting)."""
+    """fp32 -> e4m3fn byte with integer operations and one exact fp32 add (c10's method)."""
     b = y.to(tl.uint32, bitcast=True)
     sign = (b >> 24) & 0x80
     a = b & 0x7FFFFFFF
     is_nan = a > 0x7F800000
     # Overflow: clamp the magnitude to 448 (saturate) or to 480, whose encoding is 0x7F (NaN).
     a = tl.minimum(a, tl.where(saturate != 0, 0x43E00000, 0x43F00000))
-    # Normal (|y| >= 2**-6): rebias the exponent from 127 to 7, round off 20 mantissa bits.
-    normal = _rne_shift_right(a - 0x3C000000, 20)
-    # Subnormal: the significand in units of 2**-9, rounded. fp32 subnormals have no implicit bit.
-    e = a >> 23
-    significand = (a & 0x7FFFFF) | tl.where(e > 0, 0x800000, 0).to(tl.uint32)
-    shift = tl.minimum(141 - tl.maximum(e, 1), 31)
-    subnormal = _rne_shift_right(significand, shift)
+    # Normal (|y| >= 2**-6): rebias the exponent from 127 to 7 and drop 20 mantissa bits, adding
+    # 0x7FFFF plus the lowest kept bit: round to nearest, ties to even.
+    normal = (a - 0x3C000000 + 0x7FFFF + ((a >> 20) & 1)) >> 20
+    # Subnormal: 2**14 + |y| rounds |y| to the e4m3 quantum 2**-9 (an IEEE add rounds to nearest
+    # even); the low mantissa bits are then the e4m3 code. Exact on every backend, FTZ included.
+    subnormal = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.uint32, bitcast=True) - 0x46800000
     mag = tl.where(a >= 0x3C800000, normal, subnormal)
     return tl.where(is_nan, 0x7F, mag | sign).to(tl.uint8)
 
@@ -103,21 +92,20 @@ def _load_scale(ptr, value, from_ptr, IN_DTYPE: tl.constexpr, scale_in_input, SO
 
 
 @triton.jit
-def _quantize_store(x_ptr, in_off, c_ptr, c_off, mask, s, mul_reciprocal, intermediate, saturate,
-                    SOFTWARE: tl.constexpr):
-    x = tl.load(x_ptr + in_off, mask=mask, other=0.0)
+def _quantize(x, s, mul_reciprocal, intermediate, saturate, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
+    """Input values -> e4m3 bytes under the recipe's switches (see kernel/recipe.py)."""
     x32 = x.to(tl.float32)
     if mul_reciprocal != 0:
         y = x32 * tl.math.div_rn(1.0, s)
     else:
         y = tl.math.div_rn(x32, s + tl.zeros_like(x32))
     if intermediate != 0:
-        y = _round_input(y, x_ptr.dtype.element_ty, SOFTWARE)
+        y = _round_input(y, IN_DTYPE, SOFTWARE)
     if SOFTWARE:
         byte = _e4m3_sw(y, saturate)
     else:
         byte = _e4m3_hw(y, saturate)
-    tl.store(c_ptr + c_off, byte.to(c_ptr.dtype.element_ty, bitcast=True), mask=mask)
+    return byte
 
 
 @triton.jit
@@ -164,12 +152,14 @@ def fp8_kv_write(
     mask = writes[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
 
     ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, k_ptr.dtype.element_ty, scale_in_input, SOFTWARE)
-    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, v_ptr.dtype.element_ty, scale_in_input, SOFTWARE)
+    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, k_ptr.dtype.element_ty, scale_in_input, SOFTWARE)
 
-    k_in = _offsets(t64 * k_st, h64, d64, k_sh, k_sd, VEC)
-    k_out = _offsets(k_slot_rows, h64, d64, kc_sh, kc_sd, VEC)
-    _quantize_store(k_ptr, k_in, kc_ptr, k_out, mask, ks, mul_reciprocal, intermediate, saturate, SOFTWARE)
-    v_in = _offsets(t64 * v_st, h64, d64, v_sh, v_sd, VEC)
-    v_out = _offsets(v_slot_rows, h64, d64, vc_sh, vc_sd, VEC)
-    _quantize_store(v_ptr, v_in, vc_ptr, v_out, mask, vs, mul_reciprocal, intermediate, saturate, SOFTWARE)
+    # Both loads are issued before any store: the stores may alias the inputs as far as the
+    # compiler knows, so this order is what keeps K's and V's reads in flight together.
+    xk = tl.load(k_ptr + _offsets(t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=mask, other=0.0)
+    xv = tl.load(v_ptr + _offsets(t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=mask, other=0.0)
+    bk = _quantize(xk, ks, mul_reciprocal, intermediate, saturate, k_ptr.dtype.element_ty, SOFTWARE)
+    tl.store(kc_ptr + _offsets(k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
+    bv = _quantize(xv, vs, mul_reciprocal, intermediate, saturate, k_ptr.dtype.element_ty, SOFTWARE)
+    tl.store(vc_ptr + _offsets(v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
 
