@@ -83,7 +83,8 @@ def _e4m3_hw(y, saturate):
 
 @triton.jit
 def _load_scale(ptr, value, from_ptr, IN_DTYPE: tl.constexpr, scale_in_input, SOFTWARE: tl.constexpr):
-    s = value
+    """The scale as fp32: the float argument, or the tensor's one element, rounded if the recipe says."""
+    s = tl.full((), value, tl.float32)  # the interpreter would type an fp32 subnormal as fp64
     if from_ptr != 0:
         s = tl.load(ptr).to(tl.float32)
     if scale_in_input != 0:
@@ -94,7 +95,11 @@ def _load_scale(ptr, value, from_ptr, IN_DTYPE: tl.constexpr, scale_in_input, SO
 @triton.jit
 def _quantize(x, s, mul_reciprocal, intermediate, saturate, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
     """Input values -> e4m3 bytes under the recipe's switches (see kernel/recipe.py)."""
-    x32 = x.to(tl.float32)
+    if SOFTWARE and IN_DTYPE == tl.bfloat16:
+        # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (0x8001 -> -0).
+        x32 = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    else:
+        x32 = x.to(tl.float32)  # exact widening
     if mul_reciprocal != 0:
         y = x32 * tl.math.div_rn(1.0, s)
     else:
