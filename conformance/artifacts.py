@@ -1,4 +1,12 @@
-"""Failure artifacts: the shrunk Case as self-contained JSON, and the command that replays it."""
+"""Failure artifacts: the shrunk Case as self-contained JSON, and the command that replays it.
+
+A failure file holds everything a replay needs on another machine: the Case (every drawn
+parameter, the value seed, the overrides, the recipe), the implementation (its spec and fixed
+keyword arguments, e.g. the encoder), the test that failed, the environment it failed in (torch,
+triton, hypothesis, backend, GPU) and the report it printed. Only Hypothesis's final, shrunk
+example is written, and the file name is stable for (test, implementation, Case), so a red run
+leaves one file per failing test.
+"""
 
 from __future__ import annotations
 
@@ -6,57 +14,107 @@ import hashlib
 import json
 import os
 import platform
+import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from conformance.impls import FUSED_SPEC, Implementation
 from kernel.backend import describe
 from strategies.case import Case
 
 FAILURES_ENV = "KVFP8_FAILURES"
 DEFAULT_DIR = "failures"
+FORMAT = 1  # bump when a field changes meaning
+
+
+def failures_dir() -> Path:
+    """Where failure files go: $KVFP8_FAILURES, else ./failures."""
+    return Path(os.environ.get(FAILURES_ENV, DEFAULT_DIR))
 
 
 def _is_final_example() -> bool:
     """True outside Hypothesis, or on the last (shrunk) example Hypothesis replays."""
     try:
         from hypothesis.control import current_build_context
-        return current_build_context().is_final
-    except Exception:
+    except ImportError:
+        return True
+    try:
+        return bool(current_build_context().is_final)
+    except Exception:  # InvalidArgument: not inside a Hypothesis test at all
         return True
 
 
-def environment() -> dict[str, str]:
+def current_test() -> str:
+    """The pytest node id of the running test ('' outside pytest)."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+
+
+def environment() -> dict[str, Any]:
     import hypothesis
     import triton
+    cuda = torch.cuda.is_available()
     return {
         "torch": torch.__version__, "triton": triton.__version__,
         "hypothesis": hypothesis.__version__, "python": platform.python_version(),
         "backend": describe(),
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "gpu": torch.cuda.get_device_name() if cuda else "none",
+        "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else "none",
+        "cuda": torch.version.cuda or "none",
+        "host": platform.node(),
     }
 
 
-def save_failure(case: Case, impl, report: str) -> str:
-    """Write the Case (plus impl, environment and report) and return the replay instructions.
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60]
 
-    Only the final, shrunk example is written, so a red run leaves one file per failing test.
+
+def failure_path(case: Case, impl: Implementation, test: str) -> Path:
+    """failures/<test>-<impl>-<hash>.json; the hash is over (test, impl, Case)."""
+    key = json.dumps([test, impl.name, impl.kwargs, case.to_dict()], sort_keys=True, default=str)
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    test_name = test.rsplit("::", 1)[-1].split("[", 1)[0] or "case"
+    return failures_dir() / f"{_slug(test_name)}-{_slug(impl.name)}-{digest}.json"
+
+
+def replay_command(path: Path | str) -> str:
+    return f"python -m tools.repro {path}"
+
+
+def save_failure(case: Case, impl: Implementation, report: str) -> str:
+    """Write the failure file and return the lines to print: its path and the replay command.
+
+    Returns '' for the intermediate examples Hypothesis tries while shrinking.
     """
     if not _is_final_example():
         return ""
-    folder = Path(os.environ.get(FAILURES_ENV, DEFAULT_DIR))
-    folder.mkdir(parents=True, exist_ok=True)
-    blob = case.to_json()
-    path = folder / f"case-{hashlib.sha1(blob.encode()).hexdigest()[:12]}.json"
-    record = {"case": case.to_dict(), "impl": impl.name, "impl_kwargs": impl.kwargs,
-              "environment": environment(), "report": report}
-    path.write_text(json.dumps(record, indent=1))
-    return f"saved {path}\nreplay: make repro CASE={path}   (or: python -m tools.repro {path})"
+    test = current_test()
+    path = failure_path(case, impl, test)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "format": FORMAT,
+        "case": case.to_dict(),
+        "impl": {"name": impl.name, "spec": impl.spec or impl.name, "kwargs": impl.kwargs},
+        "test": test,
+        "environment": environment(),
+        "report": report,
+    }
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    return f"failure case saved: {path}\nreplay: {replay_command(path)}   (or: make repro CASE={path})"
 
 
-def load_case(path: str | Path) -> tuple[Case, dict]:
-    """Read a failure file (or a bare Case JSON); returns the Case and the whole record."""
+def load_case(path: str | Path) -> tuple[Case, dict[str, Any]]:
+    """Read a failure file (or a bare Case JSON); returns the Case and the whole record.
+
+    Files written before the impl became a dict (impl as a name, impl_kwargs beside it) still load.
+    """
     record = json.loads(Path(path).read_text())
-    if "case" in record:
-        return Case.from_dict(record["case"]), record
-    return Case.from_dict(record), {"case": record}
+    if "case" not in record:
+        record = {"case": record}
+    impl = record.get("impl")
+    if isinstance(impl, str):
+        kwargs = record.get("impl_kwargs", {})
+        spec = FUSED_SPEC if impl.startswith("fused-") and "encoder" in kwargs else impl
+        record["impl"] = {"name": impl, "spec": spec, "kwargs": kwargs}
+    return Case.from_dict(record["case"]), record

@@ -92,7 +92,8 @@ def describe_byte(built: Built, which: str, flat: int, expected: int, actual: in
     s = _scale_value(built, which)
     for t in tokens:
         x = logical[t, pos.head, pos.dim]
-        bits = x.view(torch.int16 if x.element_size() == 2 else torch.int32).item() & 0xFFFFFFFF
+        width = x.element_size() * 8  # show the input's raw bits unsigned, at its own width
+        bits = x.view(torch.int16 if width == 16 else torch.int32).item() & ((1 << width) - 1)
         line += f"\n      token={t} input={x.item()!r} (0x{bits:X} {case.input_dtype}) scale={s!r} " \
                 f"scaled={_scaled(case, x, s)!r}"
     return line
@@ -113,9 +114,10 @@ def diff_buffers(built: Built, which: str, expected: torch.Tensor, actual: torch
     return "\n".join(lines)
 
 
-def compare_caches(expected: Built, actual: Built) -> str | None:
+def compare_caches(expected: Built, actual: Built, first_n: int = FIRST_N) -> str | None:
     """Byte-diff both caches (whole buffers, guard bands included); None when identical."""
-    reports = [diff_buffers(actual, name, expected.buffers[name].cpu(), actual.buffers[name].cpu())
+    reports = [diff_buffers(actual, name, expected.buffers[name].cpu(), actual.buffers[name].cpu(),
+                            first_n)
                for name in ("k_cache", "v_cache")]
     reports = [r for r in reports if r]
     return "\n".join(reports) if reports else None

@@ -1,34 +1,108 @@
-"""The composite strategy: a whole Case, every dimension drawn with its dependencies."""
+"""The composite strategy: a whole Case, every input dimension drawn with its dependencies.
+
+Draw order (which is also the shrink order): sizes, dtypes and ranks, layouts, scales, recipe,
+cache locations, seed, overrides. Each dimension is its own module; the knobs here restrict them
+for properties that need a narrower space (e.g. contiguous=True, fixed dtypes, scale kinds).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
+
+from hypothesis import event
 from hypothesis import strategies as st
 
-from strategies.case import CACHE_DTYPES, INPUT_DTYPES, LOC_DTYPES, Case, Layout, Scale
+from strategies._cache import ints, sampled
+from strategies.case import Case
+from strategies.dims import Size, dims
+from strategies.dtypes import dtypes
+from strategies.layouts import cache_layouts, input_layouts, loc_steps
+from strategies.locations import cache_locs
+from strategies.scales import scales
+from strategies.values import overrides as override_lists
 
-HEAD_DIMS = (64, 80, 96, 128, 192, 256)
+
+def cases(
+    *,
+    max_tokens: int | None = None,
+    max_heads: int | None = None,
+    max_dim: int | None = None,
+    recipes: Sequence[str] | None = None,
+    allow_out_of_range: bool = False,
+    size: Size = "small",
+    contiguous: bool = False,
+    input_dtypes: Sequence[str] | None = None,
+    cache_dtypes: Sequence[str] | None = None,
+    loc_dtypes: Sequence[str] | None = None,
+    input_ranks: Sequence[int] | None = None,
+    cache_ranks: Sequence[int] | None = None,
+    scale_kinds: Sequence[str] | None = None,
+    padding: bool = True,
+    max_overrides: int = 6,
+    checked: bool | None = None,
+) -> st.SearchStrategy[Case]:
+    """A valid Case: any implementation must match the reference on it byte for byte.
+
+    size: "small" (CPU interpreter: T <= 16, H <= 6, D <= 256, a few pages) or "large" (CUDA).
+    max_tokens / max_heads / max_dim override the size's limits.
+    recipes: the recipe names to draw from (default: every recipe in kernel.RECIPES).
+    allow_out_of_range: also draw cache_loc entries >= num_slots (then checked is False).
+    contiguous: every layout contiguous and cache_loc unit-stride.
+    input_dtypes, cache_dtypes, loc_dtypes, input_ranks, cache_ranks, scale_kinds: restrict those
+    choices (default: all). padding: draw negative (padding) cache_loc entries.
+    max_overrides: at most this many special values (0: seeded contents only).
+    checked: fix Case.checked (default: drawn, True about one time in four when allowed).
+    """
+    from kernel import RECIPES  # imported here so that importing the strategies stays light
+
+    tup = lambda xs: None if xs is None else tuple(xs)  # hashable, for the cached strategies
+    return _cases(max_tokens, max_heads, max_dim, tuple(recipes) if recipes else tuple(RECIPES),
+                  allow_out_of_range, size, contiguous, tup(input_dtypes), tup(cache_dtypes), tup(loc_dtypes),
+                  tup(input_ranks), tup(cache_ranks), tup(scale_kinds), padding, max_overrides, checked)
 
 
+@lru_cache(maxsize=256)
 @st.composite
-def cases(draw: st.DrawFn, *, max_tokens: int = 12, recipes: tuple[str, ...] | None = None) -> Case:
-    """A valid Case (a placeholder until the per-dimension strategies land)."""
-    from kernel import RECIPES
-    t = draw(st.integers(0, max_tokens), label="num_tokens")
-    h = draw(st.integers(1, 5), label="num_heads")
-    d = draw(st.sampled_from(HEAD_DIMS) | st.integers(1, 40), label="head_dim")
-    ps = draw(st.sampled_from((1, 3, 16)), label="page_size")
-    pages = -(-max(t, 1) // ps) + draw(st.integers(0, 2), label="spare_pages")
-    slots = draw(st.lists(st.integers(0, pages * ps - 1), min_size=t, max_size=t, unique=True),
-                 label="slots")
-    scale = st.builds(Scale, st.sampled_from(("none", "float", "tensor0d", "tensor1")),
-                      st.sampled_from((1.0, 0.5, 0.30000001192092896, 2.0**-6)))
+def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_dim: int | None,
+           recipes: tuple[str, ...], allow_out_of_range: bool, size: Size, contiguous: bool,
+           input_dtypes: tuple[str, ...] | None, cache_dtypes: tuple[str, ...] | None,
+           loc_dtypes: tuple[str, ...] | None, input_ranks: tuple[int, ...] | None,
+           cache_ranks: tuple[int, ...] | None, scale_kinds: tuple[str, ...] | None, padding: bool,
+           max_overrides: int, checked: bool | None) -> Case:
+    n = draw(dims(size=size, max_tokens=max_tokens, max_heads=max_heads, max_dim=max_dim), label="dims")
+    dt = draw(dtypes(input_dtypes_=input_dtypes, cache_dtypes=cache_dtypes, loc_dtypes=loc_dtypes,
+                     input_ranks=input_ranks, cache_ranks=cache_ranks), label="dtypes")
+    in_shape = (n.num_tokens, n.num_heads, n.head_dim)
+    cache_shape = (n.num_pages, n.page_size, n.num_heads, n.head_dim)
+    k_layout = draw(input_layouts(in_shape, dt.input_rank, "k", contiguous), label="k_layout")
+    v_layout = draw(input_layouts(in_shape, dt.input_rank, "v", contiguous), label="v_layout")
+    kc_layout = draw(cache_layouts(cache_shape, dt.cache_rank, "k_cache", contiguous), label="k_cache_layout")
+    vc_layout = draw(cache_layouts(cache_shape, dt.cache_rank, "v_cache", contiguous), label="v_cache_layout")
+    loc_step = draw(loc_steps(contiguous), label="loc_step")
+    k_scale = draw(scales("k_scale", scale_kinds), label="k_scale")
+    v_scale = draw(scales("v_scale", scale_kinds), label="v_scale")
+    recipe = draw(sampled(recipes), label="recipe")
+    num_slots = n.num_pages * n.page_size
+    loc = draw(cache_locs(n.num_tokens, num_slots, n.page_size, dt.loc_dtype, padding=padding,
+                          allow_out_of_range=allow_out_of_range), label="cache_loc")
+    out_of_range = any(s >= num_slots for s in loc)
+    if checked is None:
+        checked = not out_of_range and draw(ints(0, 3), label="checked") == 3
+    elif checked and out_of_range:
+        raise ValueError("cases(checked=True) cannot be combined with out-of-range entries (they raise)")
+    seed = draw(st.integers(0, 2**32 - 1), label="seed")
+    extra = draw(override_lists(n.num_tokens, n.num_heads, n.head_dim, dt.input_dtype, k_scale, v_scale,
+                                recipe, max_overrides), label="overrides")
+    event(f"case: recipe {recipe}")
+    layouts = (k_layout, v_layout, kc_layout, vc_layout)
+    event("case: " + ("all contiguous" if all(lay.is_contiguous() for lay in layouts) and loc_step == 1
+                      else "non-contiguous"))
     return Case(
-        num_tokens=t, num_heads=h, head_dim=d, page_size=ps, num_pages=pages, cache_loc=tuple(slots),
-        input_dtype=draw(st.sampled_from(INPUT_DTYPES), label="input_dtype"),
-        cache_dtype=draw(st.sampled_from(CACHE_DTYPES), label="cache_dtype"),
-        loc_dtype=draw(st.sampled_from(LOC_DTYPES), label="loc_dtype"),
-        k_layout=Layout.contiguous(3), v_layout=Layout.contiguous(3),
-        k_scale=draw(scale, label="k_scale"), v_scale=draw(scale, label="v_scale"),
-        seed=draw(st.integers(0, 2**32 - 1), label="seed"),
-        recipe=draw(st.sampled_from(recipes or tuple(RECIPES)), label="recipe"),
+        num_tokens=n.num_tokens, num_heads=n.num_heads, head_dim=n.head_dim, page_size=n.page_size,
+        num_pages=n.num_pages, cache_loc=loc, input_dtype=dt.input_dtype, cache_dtype=dt.cache_dtype,
+        loc_dtype=dt.loc_dtype, input_rank=dt.input_rank, cache_rank=dt.cache_rank,
+        k_layout=k_layout, v_layout=v_layout, k_cache_layout=kc_layout, v_cache_layout=vc_layout,
+        loc_step=loc_step, k_scale=k_scale, v_scale=v_scale, seed=seed, overrides=extra, recipe=recipe,
+        checked=checked,
     )

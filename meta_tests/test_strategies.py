@@ -1,0 +1,184 @@
+"""Tests of the strategies themselves: what they draw is valid, buildable, and covers the space.
+
+Rates are collected inside one test (an inner @given run), so they hold under pytest-xdist too;
+the inner runs are derandomized so the rates never flake.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernel.recipe import get_recipe
+from kernel.reference import INPUT_FORMATS, round_to_input_dtype
+from strategies import cases
+from strategies.build import BITS_DTYPES, DTYPES, build
+from strategies.case import CACHE_DTYPES, INPUT_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout
+from strategies.fp import from_bits
+from strategies.layouts import CACHE_KINDS, INPUT_KINDS, tagged_layouts
+from strategies.values import LABELS, TARGET_LABELS, scaled_value
+
+INNER = dict(database=None, derandomize=True, deadline=None,
+             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+LAYOUT_NAMES = ("k_layout", "v_layout", "k_cache_layout", "v_cache_layout")
+
+
+def _features(case: Case) -> set[str]:
+    """What a Case exercises, read off the Case itself (not from the strategies' events)."""
+    f = {f"input_dtype={case.input_dtype}", f"cache_dtype={case.cache_dtype}", f"loc_dtype={case.loc_dtype}",
+         f"input_rank={case.input_rank}", f"cache_rank={case.cache_rank}", f"recipe={case.recipe}"}
+    f |= {f"scale={s.kind}" for s in (case.k_scale, case.v_scale)}
+    f |= {f"override={o.label.rstrip('~')}" for o in case.overrides}
+    f |= {f"exact-target={o.label}" for o in case.overrides if o.label in TARGET_LABELS}
+    layouts = [getattr(case, n) for n in LAYOUT_NAMES]
+    if any(not lay.is_contiguous() for lay in layouts) or case.loc_step > 1:
+        f.add("non-contiguous")
+    for lay in layouts:
+        f |= {"permuted"} if lay.order != tuple(range(len(lay.order))) else set()
+        f |= {"padded"} if any(lay.extra) else set()
+        f |= {"inner-step"} if lay.step > 1 else set()
+        f |= {"misaligned"} if lay.offset % 16 else set()
+    f |= {"loc_step>1"} if case.loc_step > 1 else set()
+    f |= {"padding"} if any(s < 0 for s in case.cache_loc) else set()
+    f |= {"out-of-range"} if any(s >= case.num_slots for s in case.cache_loc) else set()
+    f |= {"T=0"} if case.num_tokens == 0 else set()
+    f |= {"checked"} if case.checked else set()
+    return f
+
+
+def test_cases_cover_the_space_at_useful_rates():
+    seen: Counter[str] = Counter()
+    n = 200
+
+    @settings(max_examples=n, **INNER)
+    @given(cases(allow_out_of_range=True))
+    def collect(case: Case) -> None:
+        seen.update(_features(case))
+
+    collect()
+    wanted = {f"input_dtype={d}": 0.1 for d in INPUT_DTYPES} | {f"cache_dtype={d}": 0.2 for d in CACHE_DTYPES}
+    wanted |= {f"loc_dtype={d}": 0.2 for d in LOC_DTYPES} | {"input_rank=2": 0.2, "input_rank=3": 0.2}
+    wanted |= {"cache_rank=3": 0.2, "cache_rank=4": 0.2} | {f"scale={k}": 0.15 for k in SCALE_KINDS}
+    wanted |= {f"override={label}": 0.02 for label in LABELS}
+    wanted |= {"exact-target=e4m3-tie": 0.02, "exact-target=e4m3-grid": 0.02}
+    wanted |= {"non-contiguous": 0.6, "permuted": 0.2, "padded": 0.2, "inner-step": 0.1, "misaligned": 0.1,
+               "loc_step>1": 0.1, "padding": 0.1, "out-of-range": 0.1, "T=0": 0.03, "checked": 0.03}
+    low = {k: f"{seen[k] / n:.3f} < {rate}" for k, rate in wanted.items() if seen[k] < rate * n}
+    assert not low, f"features drawn too rarely in {n} cases: {low}\nall counts: {dict(seen)}"
+
+
+def test_every_layout_kind_is_drawn():
+    seen: Counter[str] = Counter()
+    shapes = st.sampled_from([("input", (5, 3, 8), None), ("input", (5, 3, 8), (1, 2)),
+                              ("cache", (3, 4, 3, 8), None), ("cache", (3, 4, 3, 8), (0, 1))])
+
+    @settings(max_examples=300, **INNER)
+    @given(shapes.flatmap(lambda s: st.tuples(st.just(s), tagged_layouts(s[1], role=s[0], merged=s[2]))))
+    def collect(drawn) -> None:
+        (role, _, _), (_, kinds) = drawn
+        seen.update(f"{role}:{k}" for k in kinds)
+
+    collect()
+    missing = [f"input:{k}" for k in INPUT_KINDS if seen[f"input:{k}"] < 5]
+    missing += [f"cache:{k}" for k in CACHE_KINDS if seen[f"cache:{k}"] < 5]
+    assert not missing, f"layout kinds drawn fewer than 5 times in 300: {missing}; counts {dict(seen)}"
+
+
+def _offsets(layout: Layout, shape: tuple[int, ...]) -> torch.Tensor:
+    offsets = torch.zeros(shape, dtype=torch.int64) + layout.offset
+    for dim, stride in enumerate(layout.strides(shape)):
+        index = torch.arange(shape[dim], dtype=torch.int64) * stride
+        offsets = offsets + index.reshape([-1 if d == dim else 1 for d in range(len(shape))])
+    return offsets.flatten()
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(BITS_DTYPES[str(x.dtype).removeprefix("torch.")])
+
+
+@settings(max_examples=60, **INNER)
+@given(cases(allow_out_of_range=True))
+def test_every_case_is_valid_builds_and_round_trips(case: Case):
+    assert Case.from_json(case.to_json()) == case, case.to_json()
+    assert Case.from_json(case.to_json()).to_json() == case.to_json()
+    # Layouts never overlap elements and stay inside their buffers' spans.
+    for name in LAYOUT_NAMES:
+        lay = getattr(case, name)
+        shape = case.input_shape if name in ("k_layout", "v_layout") else case.cache_shape
+        offs = _offsets(lay, shape)
+        assert offs.unique().numel() == offs.numel(), f"{name} {lay} overlaps for shape {shape}"
+        assert offs.numel() == 0 or int(offs.max()) < lay.span(shape), f"{name} {lay} exceeds its span"
+    # Locations: unique apart from padding, and only out-of-range where asked for (here allowed).
+    real = [s for s in case.cache_loc if 0 <= s < case.num_slots]
+    assert len(set(real)) == len(real), f"duplicate slots in {case.cache_loc}"
+    info = torch.iinfo(DTYPES[case.loc_dtype])
+    assert all(info.min <= s <= info.max for s in case.cache_loc), case.cache_loc
+    for scale in (case.k_scale, case.v_scale):
+        assert scale.kind in SCALE_KINDS and math.isfinite(scale.value) and scale.value > 0, scale
+        assert torch.tensor(scale.value, dtype=torch.float32).item() == scale.value, f"{scale} is not fp32"
+        assert scale.kind != "none" or scale.value == 1.0, scale
+    built = build(case, "cpu")
+    assert tuple(built.k.shape[:1]) == (case.num_tokens,) and built.k.dim() == case.input_rank
+    assert built.k_cache.dim() == case.cache_rank and built.cache_loc.tolist() == list(case.cache_loc)
+    assert built.cache_loc.stride() == (case.loc_step,)
+    # Overrides land where they say, in the logical values and in the strided views passed to a kernel.
+    last = {(o.tensor, o.index): o for o in case.overrides}
+    for tensor in ("k", "v"):
+        logical = getattr(built, f"{tensor}_logical")
+        view = getattr(built, tensor).reshape(case.input_shape)
+        assert torch.equal(_bits(view), _bits(logical)), f"{tensor} view differs from its logical values"
+        flat = _bits(logical).flatten()
+        for (name, index), o in last.items():
+            if name == tensor:
+                got = int(flat[index]) & ((1 << (8 * logical.element_size())) - 1)
+                assert got == o.bits, f"override {o} landed as 0x{got:X}"
+
+
+def _reference_scaled(bits: int, dtype: str, case_scale, recipe_name: str) -> float:
+    """The reference's own steps (kernel.reference.quantize before the e4m3 rounding), in torch."""
+    recipe, torch_dtype = get_recipe(recipe_name), DTYPES[dtype]
+    width = 8 * torch.empty((), dtype=torch_dtype).element_size()
+    signed = bits - (1 << width) if bits >= 1 << (width - 1) else bits
+    x = torch.tensor([signed], dtype=BITS_DTYPES[dtype])
+    x = x.view(torch_dtype).to(torch.float32)
+    fmt = INPUT_FORMATS[torch_dtype]
+    s = torch.tensor(1.0 if case_scale.kind == "none" else case_scale.value, dtype=torch.float32)
+    if recipe.scale_dtype == "input":
+        s = round_to_input_dtype(s, fmt)
+    y = x * (torch.ones_like(s) / s) if recipe.scale_op == "mul_reciprocal" else x / s
+    if recipe.intermediate == "input":
+        y = round_to_input_dtype(y, fmt)
+    return y.item()
+
+
+@settings(max_examples=80, **INNER)
+@given(cases(max_overrides=6), st.data())
+def test_targeted_overrides_hit_their_targets_under_the_reference(case: Case, data):
+    """An exact target label means the reference's scaled value equals the drawn target: the
+    pure-Python arithmetic of strategies.values agrees with the reference's torch steps."""
+    for o in case.overrides:
+        scale = case.k_scale if o.tensor == "k" else case.v_scale
+        ref = _reference_scaled(o.bits, case.input_dtype, scale, case.recipe)
+        ours = scaled_value(from_bits(o.bits, case.input_dtype), scale, get_recipe(case.recipe), case.input_dtype)
+        assert ref == ours or (math.isnan(ref) and math.isnan(ours)), \
+            f"{o}: reference scales to {ref!r}, strategies.values computed {ours!r} ({case.recipe}, {scale})"
+
+
+@settings(max_examples=40, **INNER)
+@given(cases(allow_out_of_range=False))
+def test_no_out_of_range_entries_unless_asked(case: Case):
+    assert all(s < case.num_slots for s in case.cache_loc), case.cache_loc
+
+
+@settings(max_examples=40, **INNER)
+@given(cases(contiguous=True, input_dtypes=["float16"], cache_ranks=[3], scale_kinds=["tensor1"], max_overrides=0,
+             padding=False))
+def test_restriction_knobs_restrict(case: Case):
+    assert all(getattr(case, n).is_contiguous() for n in LAYOUT_NAMES) and case.loc_step == 1
+    assert case.input_dtype == "float16" and case.cache_rank == 3 and not case.overrides
+    assert case.k_scale.kind == case.v_scale.kind == "tensor1"
+    assert all(s >= 0 for s in case.cache_loc)
