@@ -1,0 +1,106 @@
+"""Big caches: offsets past 2**31 bytes (and input offsets past 2**31 elements) stay exact.
+
+A kernel that computes its addresses in 32 bits writes the wrong place (or faults) only once a
+cache holds more than 2**31 bytes, so these cases use a ~2.1 GiB fp8 / uint8 cache per K and V,
+written at its first, middle, straddling and last slots. They need CUDA: the interpreter would
+spend minutes on such buffers, and the point is the compiled kernel's integer widths. The
+reference stays cheap (it only scatters the written tokens), and whole buffers, guard bands
+included, are compared on the GPU with torch.equal; the byte-diff helper explains a mismatch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.bytediff import diff_buffers
+from conformance.harness import run_reference
+from strategies.build import POISON_BITS, build
+from strategies.case import Case, Layout
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs CUDA: a >2 GiB cache under Triton's interpreter is far too slow")
+
+HEADS, DIM, PAGE = 8, 128, 16  # 1 KiB per slot, 16 KiB per page
+SLOT_BYTES = HEADS * DIM
+NUM_PAGES = 2**31 // (PAGE * SLOT_BYTES) + 1024  # 2**31 bytes + 16 MiB
+NUM_SLOTS = NUM_PAGES * PAGE
+# First, the slot at exactly 2**31 bytes and its neighbours, the last page, the very last slot.
+SLOTS = (0, 1, 2**31 // SLOT_BYTES - 1, 2**31 // SLOT_BYTES, NUM_SLOTS // 2 + 5,
+         NUM_SLOTS - PAGE - 3, NUM_SLOTS - 2, NUM_SLOTS - 1)
+GIB = 2**30
+
+
+def _need_free(gib: float) -> None:
+    free, _ = torch.cuda.mem_get_info()
+    if free < gib * GIB:
+        pytest.skip(f"needs {gib:.0f} GiB of free GPU memory, {free / GIB:.1f} GiB free")
+
+
+def _big_case(cache_dtype: str, loc_dtype: str, cache_rank: int, recipe: str) -> Case:
+    slots = SLOTS
+    return Case(
+        num_tokens=len(slots), num_heads=HEADS, head_dim=DIM, page_size=PAGE, num_pages=NUM_PAGES,
+        cache_loc=slots, input_dtype="bfloat16", cache_dtype=cache_dtype, loc_dtype=loc_dtype,
+        cache_rank=cache_rank, k_cache_layout=Layout.contiguous(4), v_cache_layout=Layout.contiguous(4),
+        seed=20261202, recipe=recipe,
+    )
+
+
+def _assert_equal_buffers(expected, actual, names=("k_cache", "v_cache")) -> None:
+    """Whole-buffer equality on the GPU; on a mismatch, the byte-diff report of the first bytes."""
+    reports = []
+    for name in names:
+        e, a = expected.buffers[name], actual.buffers[name]
+        if not torch.equal(e, a):
+            reports.append(diff_buffers(actual, name, e, a) or f"{name}: torch.equal is False")
+    assert not reports, "\n".join(reports)
+
+
+@pytest.mark.parametrize("cache_dtype", ["float8_e4m3fn", "uint8"])
+@pytest.mark.parametrize("loc_dtype", ["int32", "int64"])
+def test_cache_past_2_31_bytes(impl, device, cache_dtype, loc_dtype):
+    _need_free(10)  # two pairs of caches (reference and implementation), 2.1 GiB each
+    case = _big_case(cache_dtype, loc_dtype, 4, "unfused")
+    assert case.num_slots * SLOT_BYTES > 2**31
+    expected = run_reference(case, device)
+    actual = build(case, device)
+    impl(*actual.args(), **actual.kwargs())
+    torch.cuda.synchronize()
+    _assert_equal_buffers(expected, actual)
+
+
+def test_flat_cache_past_2_31_bytes(impl, device):
+    """A 3-D [S, H, D] cache: the slot stride times a slot index past 2**21 overflows 32 bits."""
+    _need_free(10)
+    case = _big_case("float8_e4m3fn", "int32", 3, "single")
+    expected = run_reference(case, device)
+    actual = build(case, device)
+    impl(*actual.args(), **actual.kwargs())
+    torch.cuda.synchronize()
+    _assert_equal_buffers(expected, actual)
+
+
+def test_input_rows_past_2_31_elements(impl, device):
+    """k's third token row sits 2**31 + 128 elements into its buffer (token stride 2**30 + 64).
+
+    The token stride fits in 32 bits, so only the product t * stride overflows: a kernel that
+    drops its 64-bit casts reads the wrong row. The buffer is poison NaN everywhere else.
+    """
+    _need_free(6)
+    stride = 2**30 + 64
+    case = Case(num_tokens=3, num_heads=HEADS, head_dim=DIM, page_size=PAGE, num_pages=2,
+                cache_loc=(3, 17, 30), input_dtype="bfloat16", seed=7, recipe="unfused")
+    expected = run_reference(case, device)
+    actual = build(case, device)
+    poison = POISON_BITS["bfloat16"]  # the same quiet NaN as every other input gap (fits int16)
+    big = torch.full((2 * stride + HEADS * DIM,), poison, dtype=torch.int16, device=device)
+    big = big.view(torch.bfloat16)
+    k = big.as_strided((3, HEADS, DIM), (stride, DIM, 1))
+    k.copy_(actual.k_logical.to(device))
+    args = list(actual.args())
+    args[0] = k
+    impl(*args, **actual.kwargs())
+    torch.cuda.synchronize()
+    del big, k
+    _assert_equal_buffers(expected, actual)

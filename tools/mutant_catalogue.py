@@ -1,0 +1,208 @@
+"""The mutant catalogue: realistic bugs of a fused paged-KV FP8 write, as exact source edits.
+
+Each mutant is one or more `Edit`s (file, anchor text that must occur exactly once, replacement).
+`tools.mutants` applies them to a temporary copy of the repository, never to the live tree, and
+runs the suite against the copy; a mutant the suite does not kill is a gap in the strategies or
+the properties. `tier` says where it can be killed:
+- "cpu": by the CPU suite under Triton's interpreter (software encoder);
+- "gpu": only on a CUDA machine (the hardware encoder, Triton's non-IEEE `/`, caches above 2**31
+  bytes in conformance/test_bigcache.py, CUDA-graph capture in conformance/test_graphs.py);
+- `runner="memcheck"`: only compute-sanitizer sees it (the bytes are right, the reads are not).
+
+When the lead edits kernel/, an anchor may stop matching: the harness reports such a mutant as
+"stale" and meta_tests/test_mutant_catalogue.py fails, so the catalogue is updated with the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Tier = Literal["cpu", "gpu"]
+Runner = Literal["pytest", "memcheck"]
+
+TK = "kernel/triton_kernel.py"
+FU = "kernel/fused.py"
+PL = "kernel/plan.py"
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    anchor: str
+    replacement: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    description: str
+    edits: tuple[Edit, ...]
+    tier: Tier = "cpu"
+    runner: Runner = "pytest"
+    kill_hint: str = ""  # the input that kills it: for the report when it survives
+
+
+def _m(name: str, description: str, *edits: tuple[str, str, str], tier: Tier = "cpu",
+       runner: Runner = "pytest", hint: str = "") -> Mutant:
+    return Mutant(name, description, tuple(Edit(*e) for e in edits), tier, runner, hint)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- masks and grid edges ------------------------------------------------------------------
+    _m("mask-head-off-by-one", "head mask h <= H: the first head past H is written",
+       (TK, "& (h < H)[None, :, None] &", "& (h <= H)[None, :, None] &"),
+       hint="H not a power of two (H=3: BLOCK_H=4), any written token"),
+    _m("mask-dim-off-by-one", "dim mask d <= D: one dim past the head is written",
+       (TK, "d_ok = d < D\n", "d_ok = d <= D\n"),
+       hint="D not a power of two below 128 (D=80, D=5)"),
+    _m("grid-floor-tokens", "token grid uses floor division: the last partial token block is dropped",
+       (FU, "grid = (triton.cdiv(plan.num_tokens, block_t),", "grid = (plan.num_tokens // block_t,"),
+       hint="T not a multiple of BLOCK_T (interpreter: T=3, or T=9 with BLOCK_T=8)"),
+    _m("grid-floor-heads", "head grid uses floor division: the last partial head block is dropped",
+       (FU, "triton.cdiv(plan.num_heads, block_h),", "plan.num_heads // block_h,"),
+       hint="H=5 (BLOCK_H=4): head 4 never written; H=3: nothing written"),
+    _m("grid-floor-dims", "dim grid uses floor division: the last partial dim block is dropped",
+       (FU, "triton.cdiv(plan.head_dim, block_d))", "plan.head_dim // block_d)"),
+       hint="D=192 (dims 128..191 dropped) or D=80 (nothing written)"),
+    _m("padding-written", "loc < 0 not masked: padding tokens write before the cache",
+       (TK, "writes = (t < T) & (loc >= 0) & (loc < num_slots)", "writes = (t < T) & (loc < num_slots)"),
+       hint="a cache_loc entry of -1 (padding) with a small slot (H*D <= 256 bytes lands in the guard band)"),
+    _m("out-of-range-written", "loc < num_slots not masked: slots past the cache are written",
+       (TK, "writes = (t < T) & (loc >= 0) & (loc < num_slots)", "writes = (t < T) & (loc >= 0)"),
+       hint="checked=False and a cache_loc entry == num_slots (lands in the guard band after the cache)"),
+    # -- paged addressing ----------------------------------------------------------------------
+    _m("page-offset-swapped", "K's slot address uses page and offset swapped",
+       (TK, "k_slot_rows = page * kc_sp + offset * kc_so", "k_slot_rows = offset * kc_sp + page * kc_so"),
+       hint="page_size > 1 and a slot whose page != offset (e.g. slot 1 with page_size 3)"),
+    _m("page-size-hardcoded", "page index uses the default page size 16, not page_size",
+       (TK, "page = loc // page_size\n", "page = loc // 16\n"),
+       hint="page_size != 16 and a slot >= min(page_size, 16)"),
+    _m("flat-cache-page-stride", "3-D cache: page stride taken as the slot stride",
+       (PL, "return page_size * s_slot, s_slot, s_head, s_dim", "return s_slot, s_slot, s_head, s_dim"),
+       hint="a 3-D [S, H, D] cache, page_size > 1, a slot >= page_size"),
+    _m("v-cache-uses-k-slot-strides", "V's slot address uses K's cache page/offset strides",
+       (TK, "v_slot_rows = page * vc_sp + offset * vc_so", "v_slot_rows = page * kc_sp + offset * kc_so"),
+       hint="k_cache and v_cache with different layouts (e.g. V padded per page or interleaved K/V pages)"),
+    _m("v-cache-uses-k-head-strides", "V's cache head/dim strides are K's",
+       (TK, "_offsets(v_slot_rows, h64, d64, vc_sh, vc_sd, VEC)", "_offsets(v_slot_rows, h64, d64, kc_sh, kc_sd, VEC)"),
+       hint="k_cache and v_cache whose head or dim strides differ (permuted or padded heads in one of them)"),
+    _m("v-input-uses-k-strides", "V's input is read with K's strides",
+       (TK, "_offsets(t64 * v_st, h64, d64, v_sh, v_sd, VEC)", "_offsets(t64 * k_st, h64, d64, k_sh, k_sd, VEC)"),
+       hint="k and v with different layouts (e.g. v a slice of a fused QKV buffer, k contiguous)"),
+    _m("input-assumed-contiguous", "K's input strides assumed contiguous [T, H, D]",
+       (TK, "_offsets(t64 * k_st, h64, d64, k_sh, k_sd, VEC)", "_offsets(t64 * (H * D), h64, d64, D, 1, VEC)"),
+       hint="a non-contiguous k: padded token rows, permuted heads or a dim step > 1"),
+    _m("cache-assumed-contiguous", "K's cache strides assumed contiguous [P, page_size, H, D]",
+       (TK, "k_slot_rows = page * kc_sp + offset * kc_so", "k_slot_rows = loc * (H * D)"),
+       (TK, "_offsets(k_slot_rows, h64, d64, kc_sh, kc_sd, VEC)", "_offsets(k_slot_rows, h64, d64, D, 1, VEC)"),
+       hint="a non-contiguous k_cache (padded pages, permuted head/offset, K/V interleaved pages)"),
+    _m("vec-ignores-dim-stride", "vectorized path taken with a non-unit dim stride",
+       (FU, "return (plan.head_dim % 16 == 0 and k[2] == v[2] == kc[3] == vc[3] == 1\n            and",
+        "return (plan.head_dim % 16 == 0\n            and"),
+       hint="D % 16 == 0, row strides multiples of 16, and a dim stride of 2 (layout step=2) in any tensor"),
+    _m("loc-read-as-int32", "cache_loc read through an int32 view (int64 entries read as two halves)",
+       (FU, "v_bytes, plan.cache_loc, ks_ptr", "v_bytes, plan.cache_loc.view(torch.int32), ks_ptr"),
+       hint="an int64 cache_loc with T >= 2"),
+    _m("loc-assumed-contiguous", "cache_loc's stride ignored",
+       (FU, "plan.cache_loc.stride(0),\n", "1,\n"),
+       hint="a strided cache_loc view (loc_step > 1) with T >= 2"),
+    _m("offsets-int32", "64-bit casts dropped: offsets computed in 32 bits",
+       (TK, "t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)", "t64, h64, d64 = t, h, d"),
+       (TK, "mask=t < T, other=-1).to(tl.int64)", "mask=t < T, other=-1).to(tl.int32)"),
+       tier="gpu", hint="a cache above 2**31 bytes written at its last pages (conformance/test_bigcache.py)"),
+    _m("t0-reshape", "[T, H*D] input split with reshape(-1, H, D): raises for T=0",
+       (PL, "return x.unflatten(1, (heads, dim))", "return x.reshape(-1, heads, dim)"),
+       hint="T=0 with a 2-D [T, H*D] input (must be a no-op)"),
+    # -- scale ---------------------------------------------------------------------------------
+    _m("reciprocal-as-division", "mul_reciprocal recipes compute x / s",
+       (TK, "y = x32 * tl.math.div_rn(1.0, s)", "y = tl.math.div_rn(x32, s + tl.zeros_like(x32))"),
+       hint="recipe unfused/single with a scale that is not a power of two (0.3)"),
+    _m("division-as-reciprocal", "divide recipes compute x * (1/s)",
+       (TK, "y = tl.math.div_rn(x32, s + tl.zeros_like(x32))", "y = x32 * tl.math.div_rn(1.0, s)"),
+       hint="recipe divide/unfused-tensor1 with a scale that is not a power of two (0.3)"),
+    _m("division-not-ieee", "Triton's `/` (not IEEE on CUDA) for x / s",
+       (TK, "y = tl.math.div_rn(x32, s + tl.zeros_like(x32))", "y = x32 / s"),
+       tier="gpu", hint="recipe divide with scale 0.3 on CUDA (the interpreter's `/` is exact)"),
+    _m("scale-k-only", "V is written unscaled (the scale is applied to K only)",
+       (TK, "bv = _quantize(xv, vs,", "bv = _quantize(xv, vs * 0.0 + 1.0,"),
+       hint="a v_scale != 1"),
+    _m("v-uses-k-scale", "V is scaled with k_scale",
+       (TK, "bv = _quantize(xv, vs,", "bv = _quantize(xv, ks,"),
+       hint="k_scale != v_scale"),
+    _m("scale-applied-twice", "the reciprocal is applied twice",
+       (TK, "y = x32 * tl.math.div_rn(1.0, s)", "y = x32 * tl.math.div_rn(1.0, s) * tl.math.div_rn(1.0, s)"),
+       hint="a mul_reciprocal recipe with scale != 1"),
+    _m("tensor0d-scale-not-rounded", "unfused-tensor0d: the scale is not rounded to the input dtype",
+       (TK, "        s = _round_input(s, IN_DTYPE, SOFTWARE)\n", "        s = s\n"),
+       hint="recipe unfused-tensor0d, bf16/fp16 input, scale 0.3 (not representable in bf16)"),
+    _m("scale-rounding-wrong-recipe", "the scale is rounded for every divide recipe, not only tensor0d",
+       (FU, 'int(r.scale_dtype == "input"),', 'int(r.scale_op == "divide"),'),
+       hint="recipe unfused-tensor1 or divide, bf16/fp16 input, scale 0.3"),
+    _m("float-scale-as-tensor", "a Python float scale is turned into a device tensor each call",
+       (FU, "return dummy, scale.value, 0",
+        "return torch.tensor(scale.value, dtype=torch.float32, device=dummy.device), 0.0, 1"),
+       tier="gpu", hint="a float scale under CUDA-graph capture (conformance/test_graphs.py)"),
+    # -- rounding ------------------------------------------------------------------------------
+    _m("single-rounding", "the intermediate rounding to the input dtype is skipped",
+       (TK, "        y = _round_input(y, IN_DTYPE, SOFTWARE)\n", "        y = y\n"),
+       hint="recipe unfused, bf16 input, scale 0.3 (about 2% of bytes differ)"),
+    _m("double-rounding-always", "every recipe rounds to the input dtype first",
+       (TK, "    if intermediate != 0:\n", "    if intermediate == intermediate:\n"),
+       hint="recipe single or divide, bf16 input, scale 0.3"),
+    _m("fp16-rounded-as-bf16", "the intermediate rounding uses bf16 for fp16 inputs",
+       (TK, "    if IN_DTYPE == tl.bfloat16:\n", "    if IN_DTYPE != tl.float32:\n"),
+       hint="recipe unfused, fp16 input, scale 0.3"),
+    _m("bf16-truncation", "bf16 intermediate rounding truncates",
+       (TK, "r = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000", "r = b & 0xFFFF0000"),
+       hint="recipe unfused, bf16 input, scale 0.3"),
+    _m("bf16-ties-away", "bf16 intermediate rounding breaks ties away from zero",
+       (TK, "r = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000", "r = (b + 0x8000) & 0xFFFF0000"),
+       hint="recipe unfused, bf16 input, a scale with a short reciprocal: fp32(2/3) = 0.6666667 and x = bf16 "
+            "0x3C0B (62 of 65,536 bf16 values tie there; none at scale 0.3, 0.75 or 3)"),
+    _m("e4m3-ties-away", "the software e4m3 encoder rounds ties away from zero",
+       (TK, "normal = (a - 0x3C000000 + 0x7FFFF + ((a >> 20) & 1)) >> 20", "normal = (a - 0x3C000000 + 0x80000) >> 20"),
+       hint="a value exactly halfway between two e4m3 values (bf16 0x3FC8 = 1.5625 at scale 1)"),
+    _m("e4m3-subnormal-off-by-one", "subnormal e4m3 codes are one too large (wrong bias of the 2**14 add)",
+       (TK, "bitcast=True) - 0x46800000", "bitcast=True) - 0x467FFFFF"),
+       hint="a scaled value below 2**-6 (an e4m3 subnormal)"),
+    _m("negative-zero-flushed", "negative results that round to zero become +0 (0x00, not 0x80)",
+       (TK, "return tl.where(is_nan, 0x7F, mag | sign).to(tl.uint8)",
+        "return tl.where(is_nan, 0x7F, tl.where(mag == 0, 0, mag | sign)).to(tl.uint8)"),
+       hint="-0.0, or a negative value below 2**-10 after scaling"),
+    # -- overflow and NaN ----------------------------------------------------------------------
+    _m("saturate-always", "the software encoder always saturates (unfused-nan gives 448, not NaN)",
+       (TK, "a = tl.minimum(a, tl.where(saturate != 0, 0x43E00000, 0x43F00000))", "a = tl.minimum(a, 0x43E00000)"),
+       hint="recipe unfused-nan with a scaled value above 464"),
+    _m("saturate-inverted", "the saturate flag is read inverted",
+       (TK, "a = tl.minimum(a, tl.where(saturate != 0, 0x43E00000, 0x43F00000))",
+        "a = tl.minimum(a, tl.where(saturate == 0, 0x43E00000, 0x43F00000))"),
+       hint="any scaled value above 464"),
+    _m("nan-sign-kept", "NaN keeps its sign (-NaN becomes 0xFF, not 0x7F)",
+       (TK, "return tl.where(is_nan, 0x7F, mag | sign).to(tl.uint8)",
+        "return tl.where(is_nan, 0x7F | sign, mag | sign).to(tl.uint8)"),
+       hint="a negative NaN input (bf16 0xFFC0)"),
+    _m("inf-is-nan", "the software encoder treats ±inf as NaN",
+       (TK, "is_nan = a > 0x7F800000", "is_nan = a >= 0x7F800000"),
+       hint="an infinite input, or an input that overflows the input dtype after scaling (unfused)"),
+    _m("hw-nan-threshold-448", "hardware encoder: NaN-overflow fix-up from 448 instead of 464",
+       (TK, "nan_overflow = (saturate == 0) & (tl.abs(y) > 464.0)",
+        "nan_overflow = (saturate == 0) & (tl.abs(y) > 448.0)"),
+       tier="gpu", hint="recipe unfused-nan, hardware encoder, a scaled value in (448, 464]"),
+    _m("hw-nan-fixup-dropped", "hardware encoder: the NaN-overflow fix-up is missing",
+       (TK, "return tl.where(nan_overflow, sign | 0x7F, byte)", "return byte"),
+       tier="gpu", hint="recipe unfused-nan, hardware encoder, a scaled value above 464"),
+    # -- stores and loads ----------------------------------------------------------------------
+    _m("store-value-conversion", "an fp8 cache is passed as fp8: the store value-converts the byte",
+       (FU, "k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)",
+        "k_bytes = plan.k_cache"),
+       hint="a float8_e4m3fn k_cache (any write)"),
+    _m("unmasked-load", "input loads are not masked (the bytes stay right: only memcheck sees it)",
+       (TK, "k_sh, k_sd, VEC), mask=mask, other=0.0)", "k_sh, k_sd, VEC))"),
+       tier="gpu", runner="memcheck",
+       hint="compute-sanitizer memcheck on any case whose tile reaches past the input (T < BLOCK_T)"),
+)
+
+
+def by_name() -> dict[str, Mutant]:
+    return {m.name: m for m in MUTANTS}
