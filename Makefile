@@ -8,7 +8,7 @@ JOBS   ?= auto
 # `torch` requirement would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install test lint repro identify mutants sanitize bigcache sweep-fp32
+.PHONY: install test lint repro identify mutants sanitize bigcache sweep-fp32 bench
 
 install:
 	$(PYTHON) -m pip install "$(TORCH_CPU)" -e ".[dev]"
@@ -59,3 +59,7 @@ bigcache:
 # Every fp32 bit pattern through the kernel (CUDA): make sweep-fp32 [SWEEP_ARGS="--scales 1.0,0.3"]
 sweep-fp32:
 	$(PYTHON) -m tools.sweep_fp32 $(SWEEP_ARGS)
+
+# Time the fused write on one CUDA GPU (CSV + PNG into $OUT or reports/): make bench [BENCH_ARGS=--quick]
+bench:
+	$(PYTHON) -m tools.bench $(BENCH_ARGS)

@@ -1,0 +1,265 @@
+"""Graphs: the call captured in a CUDA graph and replayed computes what the reference computes on
+whatever the captured buffers hold at replay time.
+
+Every capture warms up on a side stream first (so the Triton compile happens outside the capture),
+runs one more eager call under `torch.cuda.set_sync_debug_mode("error")` (a host sync or a pageable
+host-to-device copy raises), then captures under `torch.cuda.graph(..., capture_error_mode="global")`
+with every warning recorded: a capture that syncs, copies from the host or warns fails the case.
+Buffers are reset to their pristine bytes after the capture, so a replay that writes nothing (an
+empty graph) shows up as a byte difference, and is named as such.
+
+Float scales are captured as constants (docs/graphs.md): `test_float_scale_is_captured` checks
+that a later call with another float does not change what the graph computes. A kernel that builds
+a tensor from the float during the call either fails the capture (host-to-device copy) or replays
+stale memory; either way that test fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+from hypothesis import assume, given, note, settings
+from hypothesis import strategies as st
+
+from conformance.bytediff import compare_caches
+from conformance.harness import run_reference
+from conformance.impls import Implementation
+from conformance.impls import test_device as _test_device  # not collected as a test
+from kernel import naive_fp8_set_kv_buffer
+from strategies import Case, Scale, cases
+from strategies.build import Built, build
+from strategies.case import SCALE_KINDS
+from strategies.fp import FP32, f32
+from strategies.locations import cache_locs
+from strategies.scales import scale_values
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(_test_device().type != "cuda",
+                       reason="CUDA graphs need CUDA (no CUDA device here, or TRITON_INTERPRET is set)"),
+]
+
+# Each example captures one or more graphs (torch.cuda.graph syncs and collects garbage on entry),
+# so the graph properties run a fraction of the profile's examples.
+EXAMPLES = max(10, settings().max_examples // 5)
+graph_settings = settings(max_examples=EXAMPLES)
+
+
+def _writes_something(case: Case) -> bool:
+    """At least one token has an in-range slot, so replaying the graph must change the caches."""
+    return any(0 <= s < case.num_slots for s in case.cache_loc)
+
+
+@st.composite
+def graph_cases(draw: st.DrawFn, recipes: tuple[str, ...] | None, scale_kind: str | None = None) -> Case:
+    """A Case a graph can hold: checked=False (the range check syncs), at least one write."""
+    kinds = None if scale_kind is None else (scale_kind,)
+    case = draw(cases(size="large", recipes=recipes, checked=False, allow_out_of_range=True, scale_kinds=kinds),
+                label="case")
+    assume(_writes_something(case))
+    return case
+
+
+@st.composite
+def new_contents(draw: st.DrawFn, case: Case) -> Case:
+    """The same shapes, layouts, dtypes and scale kinds; new data, slots and tensor-scale values.
+
+    A float scale keeps its value: the graph holds it as a constant. A None scale stays None.
+    """
+    def rescale(scale: Scale, name: str) -> Scale:
+        if scale.kind in ("tensor0d", "tensor1"):
+            return Scale(scale.kind, draw(scale_values(), label=f"new_{name}_value"))
+        return scale
+
+    return case.replace(
+        seed=draw(st.integers(0, 2**32 - 1), label="new_seed"),
+        cache_loc=draw(cache_locs(case.num_tokens, case.num_slots, case.page_size, case.loc_dtype,
+                                  allow_out_of_range=True), label="new_cache_loc"),
+        k_scale=rescale(case.k_scale, "k_scale"), v_scale=rescale(case.v_scale, "v_scale"),
+    )
+
+
+def _call(impl: Implementation, built: Built) -> Callable[[], None]:
+    return lambda: impl(*built.args(), **built.kwargs())
+
+
+def capture(calls: list[Callable[[], None]]) -> torch.cuda.CUDAGraph:
+    """Warm up on a side stream, check one eager round for syncs, then capture every call in one graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()  # compiles the kernel, outside the capture
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for call in calls:
+                call()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="global"):
+            for call in calls:
+                call()
+    assert not caught, "capture warned: " + "; ".join(f"{w.category.__name__}: {w.message}" for w in caught)
+    return graph
+
+
+def restore(built: Built, contents: dict[str, torch.Tensor]) -> None:
+    """Copy `contents` into the built buffers in place (the graph holds their addresses)."""
+    assert contents.keys() == built.buffers.keys(), (sorted(contents), sorted(built.buffers))
+    for name, buf in built.buffers.items():
+        assert buf.shape == contents[name].shape, (name, buf.shape, contents[name].shape)
+        buf.copy_(contents[name])
+
+
+def load(target: Built, case: Case) -> Built:
+    """Fill target's buffers with `case`'s contents; returns target described as `case` (for reports)."""
+    source = build(case, target.buffers["k"].device)
+    restore(target, source.buffers)
+    return dataclasses.replace(target, case=case, k_logical=source.k_logical, v_logical=source.v_logical)
+
+
+def check_replay(actual: Built, pristine: dict[str, torch.Tensor], device: torch.device, what: str) -> None:
+    """The replayed caches (whole buffers) equal the reference on actual.case's contents."""
+    torch.cuda.synchronize()
+    expected = run_reference(actual.case, device)
+    report = compare_caches(expected, actual)
+    if report is None:
+        return
+    unchanged = all(torch.equal(actual.buffers[n].cpu(), pristine[n].cpu()) for n in ("k_cache", "v_cache"))
+    changed_by_ref = any(not torch.equal(expected.buffers[n].cpu(), pristine[n].cpu())
+                         for n in ("k_cache", "v_cache"))
+    if unchanged and changed_by_ref:
+        report = "the replay wrote nothing (is the captured graph empty?)\n" + report
+    raise AssertionError(f"{what} (recipe {actual.case.recipe}):\n{report}\ncase: {actual.case.to_json()}")
+
+
+def captured(impl: Implementation, case: Case, device: torch.device) -> tuple[Built, torch.cuda.CUDAGraph,
+                                                                                dict[str, torch.Tensor]]:
+    """Build, capture one call, and reset the buffers to their pristine bytes; returns them and the graph."""
+    built = build(case, device)
+    pristine = built.snapshot()
+    graph = capture([_call(impl, built)])
+    restore(built, pristine)
+    return built, graph, pristine
+
+
+@pytest.mark.parametrize("scale_kind", SCALE_KINDS)
+@graph_settings
+@given(data=st.data())
+def test_capture_and_replay(data, scale_kind, impl, device, recipes):
+    case = data.draw(graph_cases(recipes, scale_kind), label="case")
+    built, graph, pristine = captured(impl, case, device)
+    graph.replay()
+    check_replay(built, pristine, device, f"{impl.name}: replay of the captured call")
+
+
+@pytest.mark.parametrize("scale_kind", SCALE_KINDS)
+@graph_settings
+@given(data=st.data())
+def test_replay_new_contents(data, scale_kind, impl, device, recipes):
+    """Rewrite k, v, cache_loc, the scale tensors and the caches in place; replay; the new bytes follow."""
+    case = data.draw(graph_cases(recipes, scale_kind), label="case")
+    built, graph, pristine = captured(impl, case, device)
+    rounds = data.draw(st.integers(1, 3), label="rounds")
+    for r in range(rounds):
+        new = data.draw(new_contents(case), label=f"contents_{r}")
+        current = load(built, new)
+        replays = data.draw(st.integers(1, 4), label=f"replays_{r}")
+        note(f"round {r}: seed={new.seed} cache_loc={new.cache_loc} scales={new.k_scale}, {new.v_scale}; "
+             f"{replays} replays")
+        for _ in range(replays):  # replaying on the same contents is idempotent
+            graph.replay()
+        check_replay(current, build(new, device).buffers, device,
+                     f"{impl.name}: replay {r} after new contents were copied in")
+
+
+def _with_scales(built: Built, k_scale: float, v_scale: float) -> tuple[tuple, Built]:
+    """built's arguments with other float scales, and built described as that call (for reports)."""
+    args = list(built.args())
+    args[5:7] = k_scale, v_scale
+    case = built.case.replace(k_scale=Scale("float", k_scale), v_scale=Scale("float", v_scale))
+    return tuple(args), dataclasses.replace(built, case=case)
+
+
+@graph_settings
+@given(data=st.data())
+def test_float_scale_is_captured(data, impl, device, recipes):
+    """A float scale is a constant of the graph: a later call with another float does not leak into it."""
+    case = data.draw(graph_cases(recipes, "float"), label="case")
+    factor = data.draw(st.sampled_from((2.0, 0.5, 3.0, 0.7)), label="factor")
+    ks, vs = f32(case.k_scale.value * factor), f32(case.v_scale.value * factor)
+    assume(all(2.0**-126 <= s <= FP32.max_finite for s in (ks, vs)))
+    # The same inputs under the other floats: the reference, and whether it can tell the two apart.
+    ref_args, ref_other = _with_scales(build(case, device), ks, vs)
+    naive_fp8_set_kv_buffer(*ref_args, **ref_other.kwargs())
+    assume(compare_caches(run_reference(case, device), ref_other) is not None)
+    built, graph, pristine = captured(impl, case, device)
+
+    eager_args, eager = _with_scales(build(case, device), ks, vs)
+    impl(*eager_args, **eager.kwargs())  # same impl, same kind of call, another float, after the capture
+    torch.cuda.synchronize()
+    report = compare_caches(ref_other, eager)
+    assert report is None, f"{impl.name}: eager call with scale x{factor} after the capture:\n{report}"
+
+    graph.replay()
+    check_replay(built, pristine, device,
+                 f"{impl.name}: replay after an eager call with scale x{factor} (the graph must keep its float)")
+
+
+@graph_settings
+@given(data=st.data())
+def test_several_calls_in_one_graph(data, impl, device, recipes):
+    """Several layers' writes (each its own shapes and caches) captured in one graph."""
+    layers = data.draw(st.lists(graph_cases(recipes), min_size=2, max_size=4), label="layers")
+    builts = [build(case, device) for case in layers]
+    pristine = [b.snapshot() for b in builts]
+    graph = capture([_call(impl, b) for b in builts])
+    for b, p in zip(builts, pristine):
+        restore(b, p)
+    graph.replay()
+    for i, (b, p) in enumerate(zip(builts, pristine)):
+        check_replay(b, p, device, f"{impl.name}: layer {i} of {len(layers)} in one graph")
+    news = [load(b, data.draw(new_contents(case), label=f"layer_{i}_contents"))
+            for i, (b, case) in enumerate(zip(builts, layers))]
+    graph.replay()
+    for i, cur in enumerate(news):
+        check_replay(cur, build(cur.case, device).buffers, device,
+                     f"{impl.name}: layer {i} after new contents")
+
+
+@graph_settings
+@given(data=st.data())
+def test_graphs_coexist_with_eager_calls(data, impl, device, recipes):
+    """Two graphs of different shapes, replayed in turn, with eager calls on other buffers between."""
+    first = data.draw(graph_cases(recipes), label="first")
+    second = data.draw(graph_cases(recipes), label="second")
+    built_a, graph_a, pristine_a = captured(impl, first, device)
+    built_b, graph_b, pristine_b = captured(impl, second, device)
+
+    eager_case = data.draw(cases(size="large", recipes=recipes, checked=False), label="eager_case")
+    eager = build(eager_case, device)
+    graph_b.replay()
+    impl(*eager.args(), **eager.kwargs())
+    graph_a.replay()
+    check_replay(eager, build(eager_case, device).buffers, device, f"{impl.name}: eager call between replays")
+    check_replay(built_a, pristine_a, device, f"{impl.name}: first graph, replayed after the second")
+    check_replay(built_b, pristine_b, device, f"{impl.name}: second graph")
+
+    new_a = load(built_a, data.draw(new_contents(first), label="first_contents"))
+    again = build(eager_case, device)
+    graph_a.replay()
+    impl(*again.args(), **again.kwargs())
+    graph_b.replay()  # the second graph rewrites the same bytes it wrote before
+    check_replay(new_a, build(new_a.case, device).buffers, device, f"{impl.name}: first graph, new contents")
+    check_replay(built_b, pristine_b, device, f"{impl.name}: second graph, replayed twice")
+    check_replay(again, build(eager_case, device).buffers, device, f"{impl.name}: second eager call")

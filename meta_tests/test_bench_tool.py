@@ -1,0 +1,50 @@
+"""tools.bench's CPU-safe pieces: argument parsing, the shape grid, byte accounting, targets, CSV."""
+
+from __future__ import annotations
+
+import csv
+
+from kernel import RECIPES
+from tools import bench
+
+
+def test_grid_full_for_default_recipe_corner_for_others():
+    args = bench.parse_args([])
+    grid = bench.grid(args, list(RECIPES), "unfused")
+    default = [g for g in grid if g[0] == "unfused"]
+    assert len(default) == len(bench.TOKENS) * len(bench.HEAD_SHAPES), default
+    others = [g for g in grid if g[0] != "unfused"]
+    assert {g[1] for g in others} == set(bench.OTHER_TOKENS), others
+    assert {g[3] for g in others} <= set(bench.OTHER_DIMS), others
+    quick = bench.parse_args(["--quick"])
+    assert {g[0] for g in bench.grid(quick, list(RECIPES), "unfused")} == {"unfused"}
+
+
+def test_byte_accounting_and_rotation():
+    # K and V: 2 bytes read and 1 byte written per element each.
+    assert bench.bytes_moved(3, 2, 5) == 3 * 2 * 5 * 3 * 2
+    big = bench.bytes_moved(32768, 32, 128)
+    assert bench.rotation(big) == 1, big
+    assert bench.rotation(bench.bytes_moved(1, 8, 128)) == bench.CALLS_PER_GRAPH
+    small = bench.bytes_moved(4096, 8, 128)
+    assert bench.rotation(small) * small >= 3 * bench.L2_BYTES or bench.rotation(small) == bench.CALLS_PER_GRAPH
+
+
+def test_targets_and_csv(tmp_path):
+    row = bench.Row("unfused", "hardware", 16384, 8, 128, bench.bytes_moved(16384, 8, 128),
+                    fused_graph_us=32.0, fused_eager_us=40.0, ref_compiled_us=30.0, copy_us=28.8)
+    row.targets = bench.targets(row, "unfused")
+    assert "graph>=93%roof:MISS" in row.targets and "eager<compiled-ref:MISS" in row.targets, row.targets
+    path = tmp_path / "bench.csv"
+    bench.write_csv([row], path)
+    rec = next(csv.DictReader(path.open()))
+    assert float(rec["graph_pct_roofline"]) == 90.0, rec
+    assert float(rec["graph_gbps"]) == float(f"{row.bytes / 32e3:.4g}"), rec
+    assert rec["ref_eager_us"] == "nan", rec
+
+
+def test_exits_cleanly_without_cuda(monkeypatch, capsys):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main(["--quick"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

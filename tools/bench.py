@@ -1,0 +1,403 @@
+"""`make bench`: the fused write against the copy roofline, the reference and the compiled reference.
+
+CUDA only. For each recipe, encoder and shape (bf16 input, fp8 cache, a float scale by default) it times:
+- fused, graph: N calls captured in one CUDA graph, replayed with triton.testing.do_bench (median), / N;
+- fused, eager: back-to-back eager calls, wall clock per call (host work included: an eager call
+  is host-bound at small T, and do_bench's GPU events would hide that behind its L2 flush);
+- reference, eager and under torch.compile (dynamic shapes), the same wall-clock way (default recipe);
+- copy: a device-to-device copy_ moving the same bytes (read + written), graph-replayed like the fused call.
+Bytes of one call: T*H*D*(2 input bytes + 1 cache byte)*2 (K and V). Several buffer sets are rotated
+when one call's data would fit in L2, so small shapes are not measured cache-hot.
+Writes bench.csv and bench.png into $OUT if set, else reports/. Targets are reported, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+TOKENS = (1, 8, 64, 512, 4096, 16384, 32768)
+HEAD_SHAPES = ((8, 128), (32, 128), (8, 64), (4, 256), (8, 80))
+QUICK_TOKENS = (1, 64, 4096, 32768)
+QUICK_HEAD_SHAPES = ((8, 128), (4, 256))
+OTHER_TOKENS = (16384, 32768)  # recipes other than the default: enough to check the roofline target
+OTHER_DIMS = (64, 128, 256)
+ENCODERS = ("hardware", "software")
+L2_BYTES = 60 * 2**20  # H200; rotate buffers until the rotation set is several times this
+PAGE_SIZE = 16
+CALLS_PER_GRAPH = 10
+
+
+@dataclass
+class Row:
+    """One measured configuration; times in microseconds per call (nan: not measured)."""
+
+    recipe: str
+    encoder: str
+    T: int
+    H: int
+    D: int
+    bytes: int
+    fused_graph_us: float = math.nan
+    fused_eager_us: float = math.nan
+    ref_eager_us: float = math.nan
+    ref_compiled_us: float = math.nan
+    copy_us: float = math.nan
+    bit_exact: str = ""
+    targets: str = ""
+
+    @property
+    def graph_gbps(self) -> float:
+        return self.bytes / (self.fused_graph_us * 1e3)
+
+    @property
+    def graph_pct(self) -> float:
+        return 100.0 * self.copy_us / self.fused_graph_us
+
+    @property
+    def eager_pct(self) -> float:
+        return 100.0 * self.copy_us / self.fused_eager_us
+
+
+def bytes_moved(tokens: int, heads: int, dim: int, in_bytes: int = 2, cache_bytes: int = 1) -> int:
+    """Bytes one call reads and writes: each K and V element is read once and written once."""
+    return tokens * heads * dim * (in_bytes + cache_bytes) * 2
+
+
+def rotation(bytes_per_call: int, l2_bytes: int = L2_BYTES, most: int = CALLS_PER_GRAPH) -> int:
+    """How many buffer sets to rotate so that a set is out of L2 by the time it is used again."""
+    return max(1, min(most, math.ceil(3 * l2_bytes / max(bytes_per_call, 1))))
+
+
+def targets(row: Row, default_recipe: str) -> str:
+    """The issue's targets that apply to this row, each PASS or MISS (not asserted)."""
+    out = []
+    if row.encoder == "hardware" and row.T >= 16384 and row.D in OTHER_DIMS:
+        out.append(("graph>=93%roof", row.graph_pct >= 93.0))
+    if row.encoder == "software" and row.T >= 16384:
+        out.append(("sw>=60%roof", row.graph_pct >= 60.0))
+    if row.T <= 64:
+        out.append(("decode<=3us", row.fused_graph_us <= 3.0))
+    if row.recipe == default_recipe and not math.isnan(row.ref_compiled_us):
+        out.append(("eager<compiled-ref", row.fused_eager_us < row.ref_compiled_us))
+    return " ".join(f"{name}:{'PASS' if ok else 'MISS'}" for name, ok in out)
+
+
+def csv_fields() -> list[str]:
+    names = [f.name for f in fields(Row)]
+    return names + ["graph_gbps", "graph_pct_roofline", "eager_pct_roofline", "speedup_vs_ref",
+                    "speedup_vs_compiled_ref"]
+
+
+def csv_record(row: Row) -> dict:
+    rec = asdict(row)
+    rec.update(graph_gbps=row.graph_gbps, graph_pct_roofline=row.graph_pct, eager_pct_roofline=row.eager_pct,
+               speedup_vs_ref=row.ref_eager_us / row.fused_eager_us,
+               speedup_vs_compiled_ref=row.ref_compiled_us / row.fused_eager_us)
+    return {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in rec.items()}
+
+
+def write_csv(rows: list[Row], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=csv_fields())
+        w.writeheader()
+        for row in rows:
+            w.writerow(csv_record(row))
+
+
+def output_dir() -> Path:
+    folder = Path(os.environ.get("OUT") or "reports")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
+    ints = lambda s: tuple(int(x) for x in s.split(",") if x)
+    shapes = lambda s: tuple(tuple(int(n) for n in hd.split("x")) for hd in s.split(",") if hd)
+    p.add_argument("--quick", action="store_true", help=f"T in {QUICK_TOKENS}, (H, D) in {QUICK_HEAD_SHAPES}, "
+                   "default recipe only, fewer reps")
+    p.add_argument("--tokens", type=ints, default=None, help=f"comma-separated T values (default: {TOKENS})")
+    p.add_argument("--heads-dims", type=shapes, default=None, help="e.g. 8x128,4x256 (default: the issue's five)")
+    p.add_argument("--recipes", type=lambda s: tuple(s.split(",")), default=None,
+                   help="comma-separated recipes (default: all; the default recipe gets the full grid)")
+    p.add_argument("--other-tokens", type=ints, default=OTHER_TOKENS, help="T values for non-default recipes")
+    p.add_argument("--encoders", type=lambda s: tuple(s.split(",")), default=ENCODERS)
+    p.add_argument("--scale-kind", choices=("float", "tensor1", "tensor0d", "none"), default="float")
+    p.add_argument("--scale", type=float, default=0.7)
+    p.add_argument("--locs", choices=("random", "contiguous"), default="random",
+                   help="cache_loc: a random permutation of the cache's slots, or 0..T-1")
+    p.add_argument("--no-reference", action="store_true", help="skip the reference and the compiled reference")
+    p.add_argument("--rep-ms", type=float, default=None, help="do_bench rep time per measurement (ms)")
+    p.add_argument("--no-plot", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.tokens = args.tokens or QUICK_TOKENS
+        args.heads_dims = args.heads_dims or QUICK_HEAD_SHAPES
+        args.recipes = args.recipes or ("unfused",)
+        args.rep_ms = args.rep_ms or 10.0
+    args.tokens = args.tokens or TOKENS
+    args.heads_dims = args.heads_dims or HEAD_SHAPES
+    args.rep_ms = args.rep_ms or 25.0
+    return args
+
+
+def grid(args: argparse.Namespace, all_recipes: list[str], default_recipe: str) -> list[tuple[str, int, int, int]]:
+    """(recipe, T, H, D): the full grid for the default recipe, the roofline corner for the others."""
+    recipes = args.recipes or tuple(all_recipes)
+    out = []
+    for recipe in recipes:
+        if recipe == default_recipe:
+            out += [(recipe, t, h, d) for h, d in args.heads_dims for t in args.tokens]
+        else:
+            out += [(recipe, t, h, d) for h, d in args.heads_dims if d in OTHER_DIMS for t in args.other_tokens]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- CUDA
+def _run(args: argparse.Namespace) -> int:
+    import torch
+    import triton.testing
+
+    import kernel
+    from kernel.triton_kernel import fp8_kv_write
+
+    dev = torch.device("cuda")
+    default = kernel.DEFAULT_RECIPE.name
+    started = time.time()
+
+    def wall_us(fn: Callable[[int], None], sets: int) -> float:
+        """Median over 5 batches of back-to-back calls (rotating buffer sets), wall clock per call."""
+        fn(0)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(1 % sets)
+        torch.cuda.synchronize()
+        one = max(time.perf_counter() - t0, 1e-6)
+        n = max(3, min(2000, int(args.rep_ms / 5 * 1e-3 / one)))
+        samples = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(n):
+                fn(i % sets)
+            torch.cuda.synchronize()
+            samples.append((time.perf_counter() - t0) / n * 1e6)
+        return statistics.median(samples)
+
+    def graph_us(fn: Callable[[int], None], sets: int) -> tuple[float, torch.cuda.CUDAGraph]:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for i in range(sets):
+                fn(i)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(CALLS_PER_GRAPH):
+                fn(i % sets)
+        ms = triton.testing.do_bench(graph.replay, warmup=5, rep=args.rep_ms, return_mode="median")
+        return ms * 1e3 / CALLS_PER_GRAPH, graph
+
+    def zeros_fp8(shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.zeros(shape, device=dev, dtype=torch.uint8).view(torch.float8_e4m3fn)
+
+    def make_sets(t: int, h: int, d: int, sets: int) -> list[dict]:
+        g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
+        pages = -(-t // PAGE_SIZE)
+        out = []
+        for _ in range(sets):
+            slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if args.locs == "random"
+                     else torch.arange(t, device=dev))
+            scale = {"none": None, "float": args.scale,
+                     "tensor1": torch.full((1,), args.scale, device=dev),
+                     "tensor0d": torch.full((), args.scale, device=dev)}[args.scale_kind]
+            out.append(dict(
+                k=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
+                v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
+                k_cache=zeros_fp8((pages, PAGE_SIZE, h, d)), v_cache=zeros_fp8((pages, PAGE_SIZE, h, d)),
+                cache_loc=slots.to(torch.int64), k_scale=scale, v_scale=scale))
+        return out
+
+    def call(fn, s: dict, **kw) -> None:
+        fn(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"], s["v_scale"], PAGE_SIZE, **kw)
+
+    compiled_ref = torch.compile(kernel.naive_fp8_set_kv_buffer, dynamic=True)
+    copy_cache: dict[int, float] = {}
+    rows: list[Row] = []
+    launches: dict[str, object] = {}
+    recipes_all = list(kernel.RECIPES)
+    todo = grid(args, recipes_all, default)
+    print(f"kvfp8 bench: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {triton.__version__}; {len(todo)} shapes x encoders {args.encoders}; "
+          f"scale {args.scale_kind} {args.scale}; locs {args.locs}", flush=True)
+
+    def bench_shape(recipe: str, t: int, h: int, d: int) -> None:
+        nbytes = bytes_moved(t, h, d)
+        sets_n = rotation(nbytes)
+        sets = make_sets(t, h, d, sets_n)
+        if nbytes not in copy_cache:
+            src = [torch.empty(nbytes // 2, dtype=torch.uint8, device=dev) for _ in range(sets_n)]
+            dst = [torch.empty_like(x) for x in src]
+            copy_cache[nbytes], _ = graph_us(lambda i: dst[i].copy_(src[i]), sets_n)
+        ref = reference(recipe, sets, sets_n) if recipe == default and not args.no_reference else None
+        for enc in args.encoders:
+            row = Row(recipe, enc, t, h, d, nbytes, copy_us=copy_cache[nbytes])
+            run = lambda i, enc=enc: call(kernel.fused_fp8_set_kv_buffer, sets[i], recipe=recipe, encoder=enc)
+            try:
+                row.fused_graph_us, _ = graph_us(run, sets_n)
+                row.fused_eager_us = wall_us(run, sets_n)
+            except Exception as exc:
+                print(f"  fused {enc} failed at {recipe} T={t} H={h} D={d}: {type(exc).__name__}: {exc}"[:300])
+            if ref is not None:
+                row.ref_eager_us, row.ref_compiled_us, expected = ref
+                s0 = sets[0]
+                same = all(torch.equal(s0[name].view(torch.uint8), exp.view(torch.uint8))
+                           for name, exp in zip(("k_cache", "v_cache"), expected))
+                row.bit_exact = "yes" if same else "NO"
+            row.targets = targets(row, default)
+            if enc not in launches:
+                launches[enc] = count_launches(torch, lambda run=run: run(0))
+            rows.append(row)
+            print_row(row, header=len(rows) == 1)
+
+    def reference(recipe: str, sets: list[dict], sets_n: int) -> tuple[float, float, list]:
+        """(eager us, compiled us, expected caches of set 0)."""
+        ref_eager = wall_us(lambda i: call(kernel.naive_fp8_set_kv_buffer, sets[i], recipe=recipe), sets_n)
+        try:
+            t0 = time.time()
+            call(compiled_ref, sets[0], recipe=recipe)
+            torch.cuda.synchronize()
+            if time.time() - t0 > 5:
+                print(f"  (torch.compile of the reference took {time.time() - t0:.0f} s)", flush=True)
+            ref_compiled = wall_us(lambda i: call(compiled_ref, sets[i], recipe=recipe), sets_n)
+        except Exception as exc:  # report and go on: the compiled reference is a baseline, not the subject
+            print(f"  compiled reference failed: {type(exc).__name__}: {exc}"[:300])
+            ref_compiled = math.nan
+        expected = [zeros_fp8(sets[0]["k_cache"].shape), zeros_fp8(sets[0]["v_cache"].shape)]
+        call(kernel.naive_fp8_set_kv_buffer, dict(sets[0], k_cache=expected[0], v_cache=expected[1]), recipe=recipe)
+        return ref_eager, ref_compiled, expected
+
+    for recipe, t, h, d in todo:
+        bench_shape(recipe, t, h, d)
+        torch.cuda.empty_cache()
+
+    folder = output_dir()
+    write_csv(rows, folder / "bench.csv")
+    print(f"\nkernel launches per fused call (torch.profiler): {launches}")
+    print(f"Triton compilations of fp8_kv_write: {compilations(fp8_kv_write)}")
+    summarize(rows)
+    if not args.no_plot:
+        plot(rows, folder / "bench.png", default)
+    print(f"wrote {folder / 'bench.csv'}; total {time.time() - started:.0f} s")
+    return 0
+
+
+def print_row(row: Row, header: bool) -> None:
+    if header:
+        print(f"{'recipe':<17}{'enc':<5}{'T':>6}{'HxD':>7} {'graph us':>9}{'GB/s':>7}{'%roof':>6} "
+              f"{'eager us':>9}{'ref us':>9}{'cref us':>9}{'copy us':>8}{'xref':>6}{'xcref':>6} exact  targets")
+    f = lambda x, w, p=1: f"{x:>{w}.{p}f}" if not math.isnan(x) else f"{'-':>{w}}"
+    print(f"{row.recipe:<17}{row.encoder[:4]:<5}{row.T:>6}{f'{row.H}x{row.D}':>7} {f(row.fused_graph_us, 9, 2)}"
+          f"{f(row.graph_gbps, 7, 0)}{f(row.graph_pct, 6)} {f(row.fused_eager_us, 9)}{f(row.ref_eager_us, 9)}"
+          f"{f(row.ref_compiled_us, 9)}{f(row.copy_us, 8, 2)}{f(row.ref_eager_us / row.fused_eager_us, 6)}"
+          f"{f(row.ref_compiled_us / row.fused_eager_us, 6)} {row.bit_exact or '-':<6} {row.targets}", flush=True)
+
+
+def summarize(rows: list[Row]) -> None:
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        for item in row.targets.split():
+            name, verdict = item.split(":")
+            counts.setdefault(name, [0, 0])[verdict == "MISS"] += 1
+    print("targets: " + ", ".join(f"{n}: {p} pass / {m} miss" for n, (p, m) in counts.items()))
+    not_exact = [r for r in rows if r.bit_exact == "NO"]
+    if not_exact:
+        print(f"NOT BIT-EXACT against the reference: {[(r.encoder, r.T, r.H, r.D) for r in not_exact]}")
+
+
+def count_launches(torch, fn: Callable[[], None]) -> object:
+    """CUDA kernels one eager call launches, by torch.profiler; 'unknown' if the profiler is unavailable."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        return len(kernels)
+    except Exception as exc:  # the count is informative only
+        return f"unknown ({type(exc).__name__})"
+
+
+def compilations(jit_fn) -> object:
+    """Compiled variants of a Triton JITFunction, from its per-device caches (layout differs by version)."""
+    caches = getattr(jit_fn, "device_caches", None)
+    if caches:
+        return sum(len(v[0]) if isinstance(v, tuple) else len(v) for v in caches.values())
+    cache = getattr(jit_fn, "cache", None)
+    if isinstance(cache, dict):
+        return sum(len(v) for v in cache.values())
+    return "unknown"
+
+
+def plot(rows: list[Row], path: Path, default: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    shapes = sorted({(r.H, r.D) for r in rows if r.recipe == default})
+    if not shapes:
+        return
+    fig, axes = plt.subplots(1, len(shapes), figsize=(4.2 * len(shapes), 3.8), squeeze=False, sharey=True)
+    for ax, (h, d) in zip(axes[0], shapes):
+        sel = [r for r in rows if r.recipe == default and (r.H, r.D) == (h, d)]
+        series: dict[str, list[tuple[int, float]]] = {}
+        for r in sel:
+            series.setdefault(f"fused {r.encoder}, graph", []).append((r.T, r.graph_pct))
+            series.setdefault(f"fused {r.encoder}, eager", []).append((r.T, r.eager_pct))
+            if r.encoder == sel[0].encoder:
+                series.setdefault("reference, eager", []).append((r.T, 100 * r.copy_us / r.ref_eager_us))
+                series.setdefault("reference, compiled", []).append((r.T, 100 * r.copy_us / r.ref_compiled_us))
+        for name, pts in series.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.axhline(93, color="gray", ls=":", lw=1)
+        ax.set_title(f"{default}, H={h} D={d}")
+        ax.set_xlabel("tokens T")
+    axes[0][0].set_ylabel("% of copy roofline")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("tools.bench needs a CUDA GPU (it times compiled kernels and CUDA graphs); none found here.",
+              file=sys.stderr)
+        return 2
+    import kernel.backend
+    if kernel.backend.interpreted():
+        print("tools.bench: TRITON_INTERPRET is set; unset it to time the compiled kernel.", file=sys.stderr)
+        return 2
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
