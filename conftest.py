@@ -37,7 +37,7 @@ _common = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("dev", max_examples=15, database=DATABASE, **_common)
 settings.register_profile("ci", max_examples=25, derandomize=True, database=None, **_common)
-settings.register_profile("gpu", max_examples=300, database=DATABASE, **_common)
+settings.register_profile("gpu", max_examples=150, database=DATABASE, **_common)
 settings.register_profile("thorough", max_examples=3000, database=DATABASE, **_common)
 
 

@@ -104,6 +104,29 @@ def _check_cache(name: str, cache: torch.Tensor, page_size: int) -> None:
     for size, stride in zip(cache.shape, cache.stride()):
         if size > 1 and stride == 0:
             raise _fail(ValueError, f"{name} must not be an expanded view (a zero stride aliases slots)")
+    if _self_overlapping(cache):
+        raise _fail(ValueError, f"{name} strides {tuple(cache.stride())} overlap: two of its elements share memory")
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when both are the same elements of one storage (fake tensors under compile included)."""
+    return (a.untyped_storage()._cdata == b.untyped_storage()._cdata
+            and a.storage_offset() * a.element_size() == b.storage_offset() * b.element_size()
+            and a.stride() == b.stride())
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """True unless, in stride order, each dim steps past everything the inner dims span.
+
+    That rule accepts every layout a KV cache uses (permuted, padded, K/V-interleaved pages) and
+    rejects views whose elements alias; exotic interleavings it cannot prove disjoint count as overlap.
+    """
+    span = 0  # elements spanned by the dims seen so far, minus one
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n > 1):
+        if stride <= span:
+            return True
+        span += stride * (size - 1)
+    return False
 
 
 def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg:
@@ -156,12 +179,16 @@ def make_plan(
         raise _fail(TypeError, f"checked must be a bool, got {type(checked).__name__}")
 
     device = k.device
+    if device.type not in ("cuda", "cpu"):
+        raise _fail(ValueError, f"k must be on a CUDA device (or the CPU), got {device}")
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_loc", cache_loc)):
         if t.device != device:
             raise _fail(ValueError, f"{name} must be on {device} like k, got {t.device}")
 
     _check_cache("k_cache", k_cache, page_size)
     _check_cache("v_cache", v_cache, page_size)
+    if _same_view(k_cache, v_cache):
+        raise _fail(ValueError, "v_cache must not be the same memory as k_cache (V would overwrite K)")
     if k_cache.shape != v_cache.shape:
         raise _fail(ValueError, f"v_cache shape {list(v_cache.shape)} must equal k_cache shape "
                     f"{list(k_cache.shape)}")

@@ -1,0 +1,207 @@
+"""Errors: every class of invalid argument raises a clear TypeError/ValueError naming the argument,
+before anything is written, in the fused kernel and in the reference alike (both validate in
+kernel/plan.py).
+
+Each class is a `Mutation`: it takes the valid arguments of a small drawn Case and breaks one of
+them. Device mismatches use 'meta' tensors, so they run on CPU-only machines too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.cachemap import CACHES
+from conformance.impls import Implementation
+from kernel import naive_fp8_set_kv_buffer
+from strategies.build import Built, build
+from strategies.case import Case, Scale
+
+ARGS = ("k", "v", "k_cache", "v_cache", "cache_loc", "k_scale", "v_scale", "page_size")
+Call = dict  # argument name -> value; "recipe" and "checked" too
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    error: type[Exception]
+    match: str  # a regex the message must contain: names the argument
+    apply: Callable[[Call, Built, st.DataObject], None]
+
+
+def _set(key: str, fn: Callable[[Call, Built, st.DataObject], object]) -> Callable:
+    def apply(call: Call, built: Built, data: st.DataObject) -> None:
+        call[key] = fn(call, built, data)
+    return apply
+
+
+def _meta(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+
+
+def _which(data: st.DataObject, options: tuple[str, ...], label: str) -> str:
+    return data.draw(st.sampled_from(options), label=label)
+
+
+def _retype(names: tuple[str, ...], dtypes: tuple[torch.dtype, ...]) -> Callable:
+    def apply(call: Call, built: Built, data: st.DataObject) -> None:
+        name = _which(data, names, "argument")
+        dtype = data.draw(st.sampled_from(dtypes), label="bad_dtype")
+        call[name] = torch.zeros(call[name].shape, dtype=dtype, device=call[name].device)
+    return apply
+
+
+def _to_meta(names: tuple[str, ...]) -> Callable:
+    def apply(call: Call, built: Built, data: st.DataObject) -> None:
+        name = _which(data, names, "argument")
+        call[name] = _meta(call[name])
+    return apply
+
+
+def _bad_float_scale(call: Call, built: Built, data: st.DataObject) -> None:
+    name = _which(data, ("k_scale", "v_scale"), "argument")
+    call[name] = data.draw(st.sampled_from((0.0, -0.0, -1.0, -2.0**-6, float("nan"), float("inf"),
+                                            float("-inf"), 1e-50, 1e39, 0)), label="bad_scale")
+
+
+def _scale_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, device: str | None = None):
+    def apply(call: Call, built: Built, data: st.DataObject) -> None:
+        name = _which(data, ("k_scale", "v_scale"), "argument")
+        call[name] = torch.ones(shape, dtype=dtype, device=device or built.k.device)
+    return apply
+
+
+def _expanded(call: Call, built: Built, data: st.DataObject) -> None:
+    name = _which(data, CACHES, "argument")
+    cache = call[name]
+    # Only dims of size >= 2, so the shape (and every other check) is unchanged.
+    dim = data.draw(st.sampled_from([i for i, n in enumerate(cache.shape) if n > 1]), label="expanded_dim")
+    call[name] = cache.narrow(dim, 0, 1).expand(cache.shape)
+
+
+def _grow(name: str, dim: int, by: int = 1) -> Callable:
+    def apply(call: Call, built: Built, data: st.DataObject) -> None:
+        x = call[name]
+        shape = list(x.shape)
+        shape[dim] += by
+        call[name] = torch.zeros(shape, dtype=x.dtype, device=x.device)
+    return apply
+
+
+def _input_shape(call: Call, built: Built, data: st.DataObject) -> None:
+    name = _which(data, ("k", "v"), "argument")
+    x = call[name]
+    form = data.draw(st.sampled_from(("heads+1", "dim+1", "rank4", "rank1", "flat+1")), label="form")
+    t, h, d = x.shape[0], built.case.num_heads, built.case.head_dim
+    shape = {"heads+1": (t, h + 1, d), "dim+1": (t, h, d + 1), "rank4": (t, h, d, 1), "rank1": (t * h * d,),
+             "flat+1": (t, h * d + 1)}[form]
+    call[name] = torch.zeros(shape, dtype=x.dtype, device=x.device)
+
+
+def _not_a_tensor(call: Call, built: Built, data: st.DataObject) -> None:
+    name = _which(data, ARGS[:5], "argument")
+    form = data.draw(st.sampled_from(("list", "None", "int")), label="form")
+    call[name] = {"list": call[name].tolist(), "None": None, "int": 3}[form]
+
+
+def _page_size_mismatch(call: Call, built: Built, data: st.DataObject) -> None:
+    call["page_size"] = call["page_size"] + data.draw(st.integers(1, 4), label="delta")
+
+
+def _out_of_range(call: Call, built: Built, data: st.DataObject) -> None:
+    loc = call["cache_loc"].clone()
+    i = data.draw(st.integers(0, loc.numel() - 1), label="token")
+    loc[i] = built.case.num_slots + data.draw(st.integers(0, 100), label="past_end")
+    call["cache_loc"], call["checked"] = loc, True
+
+
+def _overlapping(call: Call, built: Built, data: st.DataObject) -> None:
+    name = _which(data, CACHES, "argument")
+    cache = call[name]
+    call[name] = cache.as_strided(cache.shape, (1,) * cache.dim(), cache.storage_offset())  # elements alias
+
+
+MUTATIONS = [
+    Mutation("overlapping-cache", ValueError, r"(k|v)_cache .*overlap", _overlapping),
+    Mutation("aliased-caches", ValueError, r"v_cache .*k_cache",
+             lambda c, b, d: c.__setitem__("v_cache", c["k_cache"])),
+    Mutation("not-a-tensor", TypeError, r"(k|v|k_cache|v_cache|cache_loc) must be a torch.Tensor", _not_a_tensor),
+    Mutation("input-shape", ValueError, r"\b[kv] must (have shape|be 2-D)", _input_shape),
+    Mutation("input-dtype", TypeError, r"\b[kv]\.dtype must be",
+             _retype(("k", "v"), (torch.float64, torch.int32, torch.int8, torch.float8_e4m3fn))),
+    Mutation("kv-dtype-mismatch", TypeError, r"v\.dtype must equal k\.dtype",
+             lambda c, b, d: c.__setitem__("v", c["v"].to(
+                 torch.float16 if c["k"].dtype != torch.float16 else torch.bfloat16))),
+    Mutation("kv-token-mismatch", ValueError, r"v has \d+ tokens but k has", _grow("v", 0)),
+    Mutation("cache-dtype", TypeError, r"(k|v)_cache\.dtype must be",
+             _retype(CACHES, (torch.float16, torch.int8, torch.int32, torch.float8_e5m2))),
+    Mutation("cache-rank", ValueError, r"(k|v)_cache must be 3-D",
+             lambda c, b, d: c.__setitem__("k_cache", c["k_cache"].unsqueeze(0))),
+    Mutation("cache-shape-mismatch", ValueError, r"v_cache shape .* must equal k_cache shape", _grow("v_cache", 0)),
+    Mutation("device", ValueError, r"(v|k_cache|v_cache|cache_loc) must be on \S+ like k",
+             _to_meta(("v", "k_cache", "v_cache", "cache_loc"))),
+    Mutation("page-size-type", TypeError, r"page_size must be an int",
+             _set("page_size", lambda c, b, d: d.draw(st.sampled_from((16.0, True, "16", None)), label="page_size"))),
+    Mutation("page-size-value", ValueError, r"page_size must be >= 1",
+             _set("page_size", lambda c, b, d: d.draw(st.integers(-3, 0), label="page_size"))),
+    Mutation("page-size-mismatch", ValueError, r"k_cache\.shape\[1\] must equal page_size", _page_size_mismatch),
+    Mutation("cache-loc-dtype", TypeError, r"cache_loc\.dtype must be int32 or int64",
+             _retype(("cache_loc",), (torch.int16, torch.uint8, torch.float32))),
+    Mutation("cache-loc-rank", ValueError, r"cache_loc must have shape",
+             lambda c, b, d: c.__setitem__("cache_loc", c["cache_loc"][:, None])),
+    Mutation("cache-loc-length", ValueError, r"cache_loc must have shape", _grow("cache_loc", 0)),
+    Mutation("cache-loc-out-of-range", ValueError, r"cache_loc entries must be <", _out_of_range),
+    Mutation("scale-type", TypeError, r"[kv]_scale must be None, a float",
+             lambda c, b, d: c.__setitem__(_which(d, ("k_scale", "v_scale"), "argument"),
+                                           d.draw(st.sampled_from(("0.5", [0.5], True, 1j)), label="scale"))),
+    Mutation("scale-dtype", TypeError, r"[kv]_scale must be a float32 tensor", _scale_tensor((1,), torch.float64)),
+    Mutation("scale-numel", ValueError, r"[kv]_scale must be a 0-d or 1-element", _scale_tensor((2,))),
+    Mutation("scale-device", ValueError, r"[kv]_scale must be on \S+ like k", _scale_tensor((), device="meta")),
+    Mutation("scale-value", ValueError, r"[kv]_scale must be a positive finite", _bad_float_scale),
+    Mutation("expanded-cache", ValueError, r"(k|v)_cache must not be an expanded view", _expanded),
+    Mutation("recipe-name", ValueError, r"recipe must be one of",
+             _set("recipe", lambda c, b, d: d.draw(st.sampled_from(("Unfused", "fp8", "")), label="recipe"))),
+    Mutation("recipe-type", TypeError, r"recipe must be a kernel.Recipe",
+             _set("recipe", lambda c, b, d: d.draw(st.sampled_from((None, 3)), label="recipe"))),
+    Mutation("checked-type", TypeError, r"checked must be a bool",
+             _set("checked", lambda c, b, d: d.draw(st.sampled_from((1, "yes", None)), label="checked"))),
+]
+
+
+@st.composite
+def small_cases(draw: st.DrawFn) -> Case:
+    """A small valid Case (validation does not depend on size): 1..4 tokens, 4-D caches."""
+    t = draw(st.integers(1, 4), label="num_tokens")
+    ps = draw(st.sampled_from((1, 4)), label="page_size")
+    pages = -(-t // ps) + 1
+    locs = draw(st.lists(st.integers(0, pages * ps - 1), min_size=t, max_size=t, unique=True), label="cache_loc")
+    return Case(num_tokens=t, num_heads=draw(st.integers(1, 3), label="num_heads"),
+                head_dim=draw(st.sampled_from((4, 16)), label="head_dim"), page_size=ps, num_pages=pages,
+                cache_loc=tuple(locs), input_dtype=draw(st.sampled_from(("bfloat16", "float16")), label="dtype"),
+                k_scale=Scale("float", 0.5), v_scale=Scale("tensor1", 2.0),
+                seed=draw(st.integers(0, 2**16), label="seed"))
+
+
+@pytest.mark.parametrize("target", ["impl", "reference"])
+@pytest.mark.parametrize("mutation", [pytest.param(m, id=m.name) for m in MUTATIONS])
+@given(data=st.data())
+def test_invalid_argument_raises_and_writes_nothing(data, mutation: Mutation, target: str,
+                                                    impl: Implementation, device):
+    fn = impl if target == "impl" else naive_fp8_set_kv_buffer
+    built = build(data.draw(small_cases(), label="case"), device)
+    before = built.snapshot()
+    call: Call = dict(zip(ARGS, built.args()), **built.kwargs())
+    mutation.apply(call, built, data)
+    with pytest.raises((TypeError, ValueError)) as info:
+        fn(**call)
+    assert isinstance(info.value, mutation.error), \
+        f"{mutation.name}: expected {mutation.error.__name__}, got {type(info.value).__name__}: {info.value}"
+    info.match(mutation.match)
+    for which in CACHES:
+        assert torch.equal(before[which], built.buffers[which]), \
+            f"{mutation.name}: {which} changed although the call raised {info.value!r}"

@@ -1,0 +1,231 @@
+"""Reference fidelity: each recipe equals the torch (or Triton) op sequence it models, on the device
+where it models it, over all 65,536 bf16 and fp16 bit patterns at several scales.
+
+These compare the reference's `quantize` with torch itself (not with the fused kernel), so they
+are cheap. The one exception to byte equality is documented in the README: every recipe maps
+NaN to 0x7F whatever its sign, while torch's casts keep the sign (a -NaN can give 0xFF); a NaN
+result must still be a NaN byte. Where torch's behaviour depends on its version the test probes
+it and names the version in its skip reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from kernel.plan import ScaleArg
+from kernel.recipe import RECIPES
+from kernel.reference import INPUT_FORMATS, quantize, round_to_input_dtype
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+SCALES = (1.0, 0.3, 0.7, 2.0**-5, 17.3)
+FP8 = torch.float8_e4m3fn
+TORCH = torch.__version__
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA only: the recipe models a CUDA op sequence; "
+                                "no CUDA device here")
+
+
+def all_patterns(dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Every 16-bit pattern, in order, as a tensor of `dtype`."""
+    return torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).to(device)
+
+
+def fp32(value: float) -> float:
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
+def _bytes(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.uint8).cpu()
+
+
+def assert_bytes_match(x: torch.Tensor, expected: torch.Tensor, actual: torch.Tensor, what: str) -> None:
+    """Bytes equal, except that a NaN may keep its sign in torch (both must be NaN bytes then)."""
+    expected, actual = expected.cpu(), actual.cpu()
+    both_nan = ((expected & 0x7F) == 0x7F) & ((actual & 0x7F) == 0x7F)
+    bad = ((expected != actual) & ~both_nan).nonzero().flatten()
+    if bad.numel():
+        bits = x.cpu().view(torch.int16).to(torch.int32) & 0xFFFF
+        first = [f"0x{int(bits[i]):04X} ({x[i].item()!r}): reference 0x{int(expected[i]):02X}, "
+                 f"torch 0x{int(actual[i]):02X}" for i in bad[:6].tolist()]
+        raise AssertionError(f"{what}: {bad.numel()} of {x.numel()} patterns differ (torch {TORCH}):\n  "
+                             + "\n  ".join(first))
+
+
+def probe_cast(device: str) -> dict[str, int]:
+    """What .to(float8_e4m3fn) gives from fp32 just past the range, on this torch and device."""
+    x = torch.tensor([464.0, 465.0, float("inf"), -float("inf")], device=device)
+    b = _bytes(x.to(FP8)).tolist()
+    return {"464": b[0], "465": b[1], "+inf": b[2], "-inf": b[3]}
+
+
+def cast_saturates(device: str) -> bool:
+    return list(probe_cast(device).values()) == [0x7E, 0x7E, 0x7E, 0xFE]
+
+
+def cast_nan_past_464(device: str) -> bool:
+    p = probe_cast(device)
+    return p["464"] == 0x7E and p["465"] == 0x7F
+
+
+def reference(x: torch.Tensor, scale: ScaleArg, recipe: str) -> torch.Tensor:
+    return quantize(x, scale, RECIPES[recipe])
+
+
+def clamp_cast(y: torch.Tensor) -> torch.Tensor:
+    return _bytes(y.clamp(-448, 448).to(FP8))
+
+
+# ---- CPU (runs in CI) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_input_rounding_equals_torch_to(dtype: str, scale: float):
+    """round_to_input_dtype == y.to(dtype): on each quotient x*(1/s), x/s, and on the midpoints."""
+    dt = DTYPES[dtype]
+    x = all_patterns(dt)
+    x32, s = x.float(), torch.tensor(fp32(scale))
+    fmt = INPUT_FORMATS[dt]
+    _, e = torch.frexp(x32.double().abs())  # the binade of x, floored at the subnormal one
+    half_ulp = torch.ldexp(torch.ones_like(x32, dtype=torch.float64),
+                           torch.clamp(e - 1, min=fmt.min_normal_exp) - fmt.mantissa_bits - 1)
+    cases = {"x * (1/s)": x32 * (1 / s), "x / s": x32 / s,
+             "midpoint above x": (x32.double() + half_ulp).float(),  # ties: even decides
+             "just past midpoint": (x32.double() + half_ulp * (1 + 2.0**-12)).float()}
+    for what, y in cases.items():
+        ours = round_to_input_dtype(y, fmt)
+        theirs = y.to(dt).float()
+        nan = torch.isnan(y)
+        bad = ((ours.view(torch.int32) != theirs.view(torch.int32)) & ~nan).nonzero().flatten()
+        assert bad.numel() == 0, (
+            f"{dtype} rounding of {what} at scale {scale}: {bad.numel()} differ; first y="
+            f"{[y[i].item() for i in bad[:4].tolist()]} ours={[ours[i].item() for i in bad[:4].tolist()]} "
+            f"torch={[theirs[i].item() for i in bad[:4].tolist()]} (torch {TORCH})")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_unfused_tensor1_equals_div_clamp_cast(dtype: str):
+    """unfused-tensor1 == x.div_(float) on the CPU, clamped to ±448, then .to(float8_e4m3fn)."""
+    x = all_patterns(DTYPES[dtype])
+    for scale in SCALES:
+        torch_bytes = clamp_cast(x.clone().div_(scale))
+        ours = reference(x, ScaleArg("float", fp32(scale), None), "unfused-tensor1")
+        assert_bytes_match(x, ours, torch_bytes, f"{dtype} CPU div_({scale}) + clamp + cast")
+
+
+@pytest.mark.skipif(not cast_saturates("cpu"), reason=f"torch {TORCH}'s CPU cast does not saturate past 448 "
+                    f"({probe_cast('cpu')}); torch 2.13 CPU does")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_unfused_tensor1_equals_div_cast(dtype: str):
+    """Without the clamp, on a torch whose CPU cast saturates (measured: 2.13)."""
+    x = all_patterns(DTYPES[dtype])
+    for scale in SCALES:
+        torch_bytes = _bytes(x.clone().div_(scale).to(FP8))
+        ours = reference(x, ScaleArg("float", fp32(scale), None), "unfused-tensor1")
+        assert_bytes_match(x, ours, torch_bytes, f"{dtype} CPU div_({scale}) + cast")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_single_and_divide_equal_fp32_ops(dtype: str):
+    """`single` and `divide` as fp32 torch ops on the CPU: (x*(1/s)) and x/s, clamp, cast."""
+    x = all_patterns(DTYPES[dtype])
+    for scale in SCALES:
+        s = torch.tensor(fp32(scale))
+        arg = ScaleArg("float", fp32(scale), None)
+        assert_bytes_match(x, reference(x, arg, "single"), clamp_cast(x.float() * (1 / s)),
+                           f"{dtype} single at {scale}")
+        assert_bytes_match(x, reference(x, arg, "divide"), clamp_cast(x.float() / s),
+                           f"{dtype} divide at {scale}")
+
+
+# ---- CUDA: the devices the recipes model ------------------------------------------------------
+
+def _unfused_on_cuda(x: torch.Tensor, divisor: float | torch.Tensor, clamp: bool) -> torch.Tensor:
+    y = x.clone().div_(divisor)
+    return clamp_cast(y) if clamp else _bytes(y.to(FP8))
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_unfused_equals_div_float_clamp_cast(dtype: str):
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        ours = reference(x, ScaleArg("float", fp32(scale), None), "unfused")
+        assert_bytes_match(x, ours, _unfused_on_cuda(x, scale, clamp=True), f"{dtype} CUDA div_({scale}) + clamp")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_unfused_equals_div_float_cast_where_it_saturates(dtype: str):
+    if not CUDA:
+        pytest.skip("CUDA only: models the CUDA unfused write; no CUDA device here")
+    if not cast_saturates("cuda"):
+        pytest.skip(f"torch {TORCH}'s CUDA cast is not saturating ({probe_cast('cuda')}); "
+                    f"measured NaN past 464 on torch 2.11 (that is unfused-nan)")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        ours = reference(x, ScaleArg("float", fp32(scale), None), "unfused")
+        assert_bytes_match(x, ours, _unfused_on_cuda(x, scale, clamp=False), f"{dtype} CUDA div_({scale})")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_unfused_nan_equals_div_float_cast(dtype: str):
+    if not CUDA:
+        pytest.skip("CUDA only: models the CUDA cast of torch <= 2.11; no CUDA device here")
+    if not cast_nan_past_464("cuda"):
+        pytest.skip(f"torch {TORCH}'s CUDA cast gives {probe_cast('cuda')}, not NaN past 464 "
+                    f"(measured on torch 2.11); unfused-nan models torch <= 2.11")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        ours = reference(x, ScaleArg("float", fp32(scale), None), "unfused-nan")
+        assert_bytes_match(x, ours, _unfused_on_cuda(x, scale, clamp=False), f"{dtype} CUDA div_({scale}) + cast")
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape,recipe", [((), "unfused-tensor0d"), ((1,), "unfused-tensor1")])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_unfused_tensor_scale_equals_div_tensor_clamp_cast(dtype: str, shape: tuple, recipe: str):
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        t = torch.full(shape, scale, dtype=torch.float32, device="cuda")
+        ours = reference(x, ScaleArg("tensor", float("nan"), t), recipe)
+        assert_bytes_match(x, ours, _unfused_on_cuda(x, t, clamp=True),
+                           f"{dtype} CUDA div_(fp32 tensor of shape {list(shape)} = {scale}) + clamp")
+
+
+@triton.jit
+def _single_kernel(x_ptr, out_ptr, s, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=0.0)
+    y = x.to(tl.float32) * tl.math.div_rn(1.0, s)
+    tl.store(out_ptr + i, y.to(tl.float8e4nv), mask=i < n)
+
+
+@triton.jit
+def _divide_kernel(x_ptr, out_ptr, s, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=0.0).to(tl.float32)
+    y = tl.math.div_rn(x, s + tl.zeros_like(x))
+    tl.store(out_ptr + i, y.to(tl.float8e4nv), mask=i < n)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe,jit", [("single", _single_kernel), ("divide", _divide_kernel)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_triton_recipes_equal_tiny_kernels(dtype: str, recipe: str, jit):
+    if not CUDA:
+        pytest.skip("CUDA only: models Triton's compiled fp8 cast (the interpreter rounds it wrongly, "
+                    "triton-lang/triton#8322); no CUDA device here")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip(f"Triton's fp8e4nv cast needs sm_89+, this is sm_{torch.cuda.get_device_capability()}")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        out = torch.empty(x.shape, dtype=FP8, device="cuda")
+        jit[(triton.cdiv(x.numel(), 1024),)](x, out, fp32(scale), x.numel(), BLOCK=1024)
+        ours = reference(x, ScaleArg("float", fp32(scale), None), recipe)
+        assert_bytes_match(x, ours, _bytes(out), f"{dtype} Triton {recipe} kernel at {scale}")
