@@ -8,7 +8,7 @@ JOBS   ?= auto
 # `torch` requirement would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install test lint repro identify mutants sanitize bigcache sweep-fp32 bench
+.PHONY: install test lint throughput repro identify mutants sanitize bigcache sweep-fp32 bench
 
 install:
 	$(PYTHON) -m pip install "$(TORCH_CPU)" -e ".[dev]"
@@ -63,3 +63,8 @@ sweep-fp32:
 # Time the fused write on one CUDA GPU (CSV + PNG into $OUT or reports/): make bench [BENCH_ARGS=--quick]
 bench:
 	$(PYTHON) -m tools.bench $(BENCH_ARGS)
+
+# Bit-exact examples per second after warm-up, and kernel variants compiled: make throughput [N=300]
+N ?= 300
+throughput:
+	$(PYTHON) -m tools.throughput -n $(N)

@@ -19,7 +19,7 @@ import torch
 
 from conformance.artifacts import load_case
 from conformance.harness import check_case
-from conformance.impls import FUSED_SPEC, Implementation, from_spec, load_callable
+from conformance.impls import FUSED_SPEC, Implementation, from_spec, load_callable, test_device
 from kernel import RECIPES
 from kernel.backend import hardware_cast_available
 from strategies.case import Case, Override
@@ -80,7 +80,7 @@ def test_replay_options_choose_impl_recipe_and_count(failures):
     # The broken write saturates, which is what `unfused` asks for: held to it, the case passes.
     rc, out = _replay(path, "--recipe", "unfused", "--device", "cpu")
     assert rc == 0 and "PASS" in out, out
-    rc, out = _replay(path, "--impl", FUSED_SPEC, "--encoder", "software", "--device", "cpu")
+    rc, out = _replay(path, "--impl", FUSED_SPEC, "--encoder", "software", "--device", test_device().type)
     assert rc == 0 and "PASS" in out, out
     rc, out = _replay(path, "-n", "0", "--device", "cpu")
     assert rc == 1 and "1 of" in out and "first 0:" in out, out
@@ -154,7 +154,7 @@ def test_red_pytest_run_writes_one_case_that_replays(tmp_path):
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_identify_names_the_recipe_the_fused_kernel_is_forced_to(recipe):
     impl = from_spec(FUSED_SPEC, {"encoder": "software", "recipe": recipe})
-    res = identify.identify(impl, identify.sweep_points(["bfloat16"], full=False), torch.device("cpu"))
+    res = identify.identify(impl, identify.sweep_points(["bfloat16"], full=False), test_device())
     assert not res.errors, res.errors
     assert res.matches() == [recipe], {r: res.count(r) for r in RECIPES}
 

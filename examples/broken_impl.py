@@ -25,7 +25,9 @@ def _quantize(x: torch.Tensor, scale: float | torch.Tensor | None) -> torch.Tens
     s = 1.0 if scale is None else scale
     if isinstance(s, torch.Tensor):
         s = s.reshape(())
-    return (x.float() / s).to(torch.float8_e4m3fn).view(torch.uint8)  # BUG: recipe ignored
+    # BUG: recipe ignored. The clamp makes the cast saturate on every torch version (torch <= 2.11
+    # gives NaN past 464 without it); torch's cast keeps a NaN's sign, the contract drops it.
+    return (x.float() / s).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
 
 
 def broken_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,

@@ -22,20 +22,28 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def choose_tile(num_tokens: int, heads: int, dim: int) -> tuple[int, int, int, int]:
+def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): a pure function of the sizes, from a few buckets.
 
-    Compiled: about 4096 elements a program, enough bytes in flight per SM for the copy roofline.
+    Compiled (tile sizes measured on the H200, see docs/bench.md):
+    - BLOCK_D divides D when D is a multiple of 16 (D = 80 takes 16-wide blocks, not a 128-wide
+      block 37% masked), else the next power of two, masked;
+    - decode (T <= 64) takes 2048-element tiles: the call is latency-bound;
+    - prefill takes 8192 elements (4096 for the software encoder, which is ALU-bound): enough
+      bytes in flight per SM for the copy roofline.
     Interpreted: each program costs tens of milliseconds, so tiles are larger, but still small
     enough that CI's cases span several programs on every axis (T > 8, H > 4 or D > 128).
     """
     if interpreted():
         return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), \
             min(_pow2_at_least(dim), 128), 1
-    block_d = min(max(_pow2_at_least(dim), 16), 128)
+    if dim % 16 == 0:
+        block_d = min(dim & -dim, 128)  # the largest power of two dividing D
+    else:
+        block_d = min(_pow2_at_least(dim), 128)
     block_h = min(_pow2_at_least(heads), max(1, 1024 // block_d))
-    block_t = max(1, 4096 // (block_h * block_d))
-    return block_t, block_h, block_d, 4
+    tile = 2048 if num_tokens <= 64 else (4096 if software else 8192)
+    return max(1, tile // (block_h * block_d)), block_h, block_d, 4
 
 
 def _vectorizable(plan: Plan) -> bool:
@@ -63,7 +71,7 @@ def launch(plan: Plan, encoder: str | None = None) -> None:
                          f"TRITON_INTERPRET=1), got {plan.device}")
     software = resolve_encoder(encoder, plan.device) == "software"
     r = plan.recipe
-    block_t, block_h, block_d, warps = choose_tile(plan.num_tokens, plan.num_heads, plan.head_dim)
+    block_t, block_h, block_d, warps = choose_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software)
     grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h),
             triton.cdiv(plan.head_dim, block_d))
     ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)

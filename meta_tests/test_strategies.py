@@ -17,7 +17,7 @@ from kernel.recipe import get_recipe
 from kernel.reference import INPUT_FORMATS, round_to_input_dtype
 from strategies import cases
 from strategies.build import BITS_DTYPES, DTYPES, build
-from strategies.case import CACHE_DTYPES, INPUT_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout
+from strategies.case import CACHE_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout
 from strategies.fp import from_bits
 from strategies.layouts import CACHE_KINDS, INPUT_KINDS, tagged_layouts
 from strategies.values import LABELS, TARGET_LABELS, scaled_value
@@ -52,7 +52,7 @@ def _features(case: Case) -> set[str]:
 
 def test_cases_cover_the_space_at_useful_rates():
     seen: Counter[str] = Counter()
-    n = 200
+    n = 400  # rates below are a third or less of what the strategies aim at: robust across versions
 
     @settings(max_examples=n, **INNER)
     @given(cases(allow_out_of_range=True))
@@ -60,10 +60,11 @@ def test_cases_cover_the_space_at_useful_rates():
         seen.update(_features(case))
 
     collect()
-    wanted = {f"input_dtype={d}": 0.1 for d in INPUT_DTYPES} | {f"cache_dtype={d}": 0.2 for d in CACHE_DTYPES}
+    wanted = {"input_dtype=bfloat16": 0.1, "input_dtype=float16": 0.1, "input_dtype=float32": 0.03}
+    wanted |= {f"cache_dtype={d}": 0.2 for d in CACHE_DTYPES}
     wanted |= {f"loc_dtype={d}": 0.2 for d in LOC_DTYPES} | {"input_rank=2": 0.2, "input_rank=3": 0.2}
     wanted |= {"cache_rank=3": 0.2, "cache_rank=4": 0.2} | {f"scale={k}": 0.15 for k in SCALE_KINDS}
-    wanted |= {f"override={label}": 0.02 for label in LABELS}
+    wanted |= {f"override={label}": 0.01 for label in LABELS}
     wanted |= {"exact-target=e4m3-tie": 0.02, "exact-target=e4m3-grid": 0.02}
     wanted |= {"non-contiguous": 0.6, "permuted": 0.2, "padded": 0.2, "inner-step": 0.1, "misaligned": 0.1,
                "loc_step>1": 0.1, "padding": 0.1, "out-of-range": 0.1, "T=0": 0.03, "checked": 0.03}
