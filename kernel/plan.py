@@ -153,6 +153,7 @@ def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg
     return ScaleArg("float", fp32, None)
 
 
+@torch.compiler.disable  # plain Python validation: nothing for a compiler to trace (and dynamo recurses on it)
 def make_plan(
     k: object,
     v: object,
