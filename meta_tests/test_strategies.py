@@ -6,6 +6,7 @@ the inner runs are derandomized so the rates never flake.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -13,13 +14,22 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernel import RECIPES
 from kernel.recipe import get_recipe
-from kernel.reference import INPUT_FORMATS, round_to_input_dtype
+from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype
 from strategies import cases
 from strategies.build import BITS_DTYPES, DTYPES, build
-from strategies.case import CACHE_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout
-from strategies.fp import from_bits
+from strategies.case import CACHE_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout, Scale
+from strategies.fp import e4m3_value, f32, from_bits
 from strategies.layouts import CACHE_KINDS, INPUT_KINDS, tagged_layouts
+from strategies.ties import (
+    decisive_input_ties,
+    e4m3_tie_overrides,
+    input_tie_overrides,
+    input_tie_recipes,
+    non_dyadic_scales,
+    tie_scales,
+)
 from strategies.values import LABELS, TARGET_LABELS, scaled_value
 
 INNER = dict(database=None, derandomize=True, deadline=None,
@@ -183,3 +193,60 @@ def test_restriction_knobs_restrict(case: Case):
     assert case.input_dtype == "float16" and case.cache_rank == 3 and not case.overrides
     assert case.k_scale.kind == case.v_scale.kind == "tensor1"
     assert all(s >= 0 for s in case.cache_loc)
+
+
+# -- strategies.ties: the inputs land exactly on the ties they claim, under the reference's torch steps
+def _pre_intermediate(bits: int, dtype: str, scale: float, recipe_name: str) -> torch.Tensor:
+    """The reference's fp32 scaled value before any rounding to the input dtype."""
+    recipe = get_recipe(recipe_name)
+    return torch.tensor(_reference_scaled(bits, dtype, Scale("float", scale),
+                                          dataclasses.replace(recipe, intermediate="none")))
+
+
+E4M3_MIDPOINTS = {(e4m3_value(b) + e4m3_value(b + 1)) / 2 for b in range(0x7E)}
+
+
+@settings(max_examples=30, **INNER)
+@given(st.data())
+def test_e4m3_tie_overrides_hit_e4m3_midpoints(data):
+    recipe = data.draw(st.sampled_from(sorted(RECIPES)), label="recipe")
+    ks, vs = data.draw(non_dyadic_scales(), label="k_scale"), data.draw(non_dyadic_scales(), label="v_scale")
+    n = data.draw(st.integers(1, 8), label="n")
+    ties = data.draw(e4m3_tie_overrides(n, ks, vs, recipe), label="ties")
+    assert len(ties) >= n, f"only {len(ties)} of {2 * n} positions got a tie ({recipe}, {ks}, {vs})"
+    for o in ties:
+        s = ks if o.tensor == "k" else vs
+        y = _pre_intermediate(o.bits, "float32", s, recipe)
+        assert abs(y.item()) in E4M3_MIDPOINTS, f"{o} scales to {y.item()!r}, not an e4m3 midpoint ({recipe}, {s})"
+        if o.label == "e4m3-tie-op-sensitive":
+            other = "divide" if get_recipe(recipe).scale_op == "mul_reciprocal" else "mul_reciprocal"
+            flipped = dataclasses.replace(get_recipe(recipe), scale_op=other)
+            y2 = torch.tensor(_reference_scaled(o.bits, "float32", Scale("float", s), flipped))
+            b1, b2 = encode_e4m3(y.view(1), get_recipe(recipe)), encode_e4m3(y2.view(1), get_recipe(recipe))
+            assert not torch.equal(b1, b2), f"{o}: x*(1/s) and x/s give the same byte {b1.item():#x} at s={s}"
+
+
+@settings(max_examples=30, **INNER)
+@given(st.data())
+def test_input_tie_overrides_are_decisive_ties(data):
+    recipe = data.draw(st.sampled_from(input_tie_recipes()), label="recipe")
+    dtype = data.draw(st.sampled_from(("bfloat16", "float16")), label="dtype")
+    ks = data.draw(st.sampled_from(tie_scales(recipe, dtype)), label="k_scale")
+    vs = data.draw(st.sampled_from(tie_scales(recipe, dtype)), label="v_scale")
+    ties = data.draw(input_tie_overrides(4, dtype, ks, vs, recipe), label="ties")
+    fmt = INPUT_FORMATS[DTYPES[dtype]]
+    assert len(ties) == 8
+    for o in ties:
+        s = ks if o.tensor == "k" else vs
+        y = _pre_intermediate(o.bits, dtype, s, recipe).view(1)
+        rne = round_to_input_dtype(y, fmt)
+        other = 2 * y.double() - rne.double()  # the tie's other neighbour, if y is exactly halfway
+        exact = other.float().double() == other and torch.equal(round_to_input_dtype(other.float(), fmt), other.float())
+        assert exact and not torch.equal(other.float(), rne), f"{o}: {y.item()!r} is no {dtype} tie (s={s}, {recipe})"
+        b1, b2 = encode_e4m3(rne, get_recipe(recipe)), encode_e4m3(other.float(), get_recipe(recipe))
+        assert not torch.equal(b1, b2), f"{o}: both neighbours of the {dtype} tie {y.item()!r} give {b1.item():#x}"
+
+
+def test_tie_scales_exist_for_the_intermediate_recipes():
+    assert "unfused" in input_tie_recipes(), input_tie_recipes()
+    assert 0x3C0B in decisive_input_ties("unfused", "bfloat16", f32(2 / 3))  # the catalogue's bf16-ties-away hint

@@ -111,9 +111,10 @@ MUTANTS: tuple[Mutant, ...] = (
        (TK, "t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)", "t64, h64, d64 = t, h, d"),
        (TK, "mask=t < T, other=-1).to(tl.int64)", "mask=t < T, other=-1).to(tl.int32)"),
        tier="gpu", hint="a cache above 2**31 bytes written at its last pages (conformance/test_bigcache.py)"),
-    _m("t0-reshape", "[T, H*D] input split with reshape(-1, H, D): raises for T=0",
-       (PL, "return x.unflatten(1, (heads, dim))", "return x.reshape(-1, heads, dim)"),
-       hint="T=0 with a 2-D [T, H*D] input (must be a no-op)"),
+    _m("t0-max", "the wrapper skips all-padding batches with cache_loc.max(): raises for T=0",
+       (FU, "    if plan.num_tokens == 0:\n        return\n",
+        "    if int(plan.cache_loc.max()) < 0:\n        return\n"),
+       hint="T=0 (must be a no-op)"),
     # -- scale ---------------------------------------------------------------------------------
     _m("reciprocal-as-division", "mul_reciprocal recipes compute x / s",
        (TK, "y = x32 * tl.math.div_rn(1.0, s)", "y = tl.math.div_rn(x32, s + tl.zeros_like(x32))"),

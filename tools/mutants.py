@@ -31,6 +31,7 @@ EXCLUDE = {".git", ".hypothesis", "failures", "reports", "__pycache__", ".ruff_c
 
 # Cheapest killers first: -x stops at the first failure, so order is kill speed.
 CPU_MODULES = (
+    "conformance/test_ties.py",
     "conformance/test_bit_exact.py",
     "conformance/test_isolation.py",
     "conformance/test_errors.py",
