@@ -27,7 +27,7 @@ def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[
 
     Compiled (tile sizes chosen from a sweep on the H200, 2026-12-02; results in README):
     - BLOCK_D is D's next power of two (16 to 128), masked: 16-wide blocks that divide D = 80
-      measured 17% of the copy roofline at T = 32768, against 72% for one 128-wide masked block;
+      measured 17% of the copy roofline at T = 32768, against 62% for one 128-wide masked block;
     - decode (T <= 64) takes 2048-element tiles: the call is latency-bound;
     - prefill takes 8192 elements (4096 for the software encoder, which is ALU-bound): enough
       bytes in flight per SM for the copy roofline.
