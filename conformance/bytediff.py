@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
+from kernel.plan import ScaleArg
 from kernel.recipe import get_recipe
-from kernel.reference import INPUT_FORMATS, round_to_input_dtype
+from kernel.reference import scaled
 from strategies.build import GUARD_BYTES, Built
 from strategies.case import Case
 
@@ -63,17 +64,8 @@ def _scale_value(built: Built, which: str) -> float:
 
 
 def _scaled(case: Case, x: torch.Tensor, s: float) -> float:
-    """The value the recipe hands to the e4m3 rounding, for the report."""
-    recipe = get_recipe(case.recipe)
-    s32 = torch.tensor(s, dtype=torch.float32)
-    fmt = INPUT_FORMATS[x.dtype]
-    if recipe.scale_dtype == "input":
-        s32 = round_to_input_dtype(s32, fmt)
-    x32 = x.to(torch.float32)
-    y = x32 * (1 / s32) if recipe.scale_op == "mul_reciprocal" else x32 / s32
-    if recipe.intermediate == "input":
-        y = round_to_input_dtype(y, fmt)
-    return y.item()
+    """The value the recipe hands to the e4m3 rounding, for the report (the reference's own steps)."""
+    return scaled(x, ScaleArg("float", s, None), get_recipe(case.recipe)).item()
 
 
 def describe_byte(built: Built, which: str, flat: int, expected: int, actual: int) -> str:

@@ -98,8 +98,8 @@ def scale_to_fp32(scale: ScaleArg, device: torch.device) -> torch.Tensor:
     return torch.tensor(scale.value, dtype=torch.float32, device=device)
 
 
-def quantize(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
-    """The definition: input values -> e4m3 bytes under `recipe`, step by step."""
+def scaled(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
+    """The fp32 values the recipe hands to the e4m3 rounding: scale, then the intermediate rounding."""
     in_fmt = INPUT_FORMATS[x.dtype]
     x32 = x.to(torch.float32)  # exact widening
     s32 = scale_to_fp32(scale, x.device)
@@ -111,7 +111,12 @@ def quantize(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
         y = x32 / s32
     if recipe.intermediate == "input":  # the unfused op stores its quotient in the input dtype
         y = round_to_input_dtype(y, in_fmt)
-    return encode_e4m3(y, recipe)
+    return y
+
+
+def quantize(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
+    """The definition: input values -> e4m3 bytes under `recipe`, step by step."""
+    return encode_e4m3(scaled(x, scale, recipe), recipe)
 
 
 def scatter(plan: Plan, x: torch.Tensor, cache: torch.Tensor, scale: ScaleArg) -> None:

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import RECIPES
+from kernel.plan import ScaleArg
 from kernel.recipe import get_recipe
-from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype
+from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype, scaled
 from strategies import cases
 from strategies.build import BITS_DTYPES, DTYPES, build
 from strategies.case import CACHE_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout, Scale
@@ -155,15 +156,9 @@ def _reference_scaled(bits: int, dtype: str, case_scale, recipe_name: str) -> fl
     width = 8 * torch.empty((), dtype=torch_dtype).element_size()
     signed = bits - (1 << width) if bits >= 1 << (width - 1) else bits
     x = torch.tensor([signed], dtype=BITS_DTYPES[dtype])
-    x = x.view(torch_dtype).to(torch.float32)
-    fmt = INPUT_FORMATS[torch_dtype]
-    s = torch.tensor(1.0 if case_scale.kind == "none" else case_scale.value, dtype=torch.float32)
-    if recipe.scale_dtype == "input":
-        s = round_to_input_dtype(s, fmt)
-    y = x * (torch.ones_like(s) / s) if recipe.scale_op == "mul_reciprocal" else x / s
-    if recipe.intermediate == "input":
-        y = round_to_input_dtype(y, fmt)
-    return y.item()
+    x = x.view(torch_dtype)
+    s = 1.0 if case_scale.kind == "none" else case_scale.value
+    return scaled(x, ScaleArg("float", s, None), recipe).item()
 
 
 @settings(max_examples=80, **INNER)
