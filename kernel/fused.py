@@ -43,11 +43,9 @@ def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[
     return max(1, tile // (block_h * block_d)), block_h, block_d, 4
 
 
-def _vectorizable(plan: Plan) -> bool:
+def _vectorizable(plan: Plan, kc: tuple[int, ...], vc: tuple[int, ...]) -> bool:
     """True when every row offset is a multiple of 16 elements and every dim stride is 1."""
     k, v = plan.k.stride(), plan.v.stride()
-    kc = Plan.cache_strides(plan.k_cache, plan.page_size)
-    vc = Plan.cache_strides(plan.v_cache, plan.page_size)
     return (plan.head_dim % 16 == 0 and k[2] == v[2] == kc[3] == vc[3] == 1
             and all(s % 16 == 0 for s in (*k[:2], *v[:2], *kc[:3], *vc[:3])))
 
@@ -73,6 +71,8 @@ def launch(plan: Plan, encoder: str | None = None) -> None:
             triton.cdiv(plan.head_dim, block_d))
     ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)
     vs_ptr, vs_value, vs_from_ptr = _scale_args(plan.v_scale, plan.cache_loc)
+    kc_strides = Plan.cache_strides(plan.k_cache, plan.page_size)
+    vc_strides = Plan.cache_strides(plan.v_cache, plan.page_size)
     # Caches go to the kernel as bytes: one compiled variant serves fp8 and uint8 storage.
     k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     v_bytes = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
@@ -84,9 +84,8 @@ def launch(plan: Plan, encoder: str | None = None) -> None:
         plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots,
         plan.cache_loc.stride(0),
         *plan.k.stride(), *plan.v.stride(),
-        *Plan.cache_strides(plan.k_cache, plan.page_size),
-        *Plan.cache_strides(plan.v_cache, plan.page_size),
-        SOFTWARE=software, VEC=_vectorizable(plan),
+        *kc_strides, *vc_strides,
+        SOFTWARE=software, VEC=_vectorizable(plan, kc_strides, vc_strides),
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
     )
 
