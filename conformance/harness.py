@@ -20,15 +20,17 @@ from strategies.build import Built, build
 from strategies.case import Case
 
 
-def run_reference(case: Case, device: torch.device) -> Built:
-    expected = build(case, device)
+def run_reference(case: Case, device: torch.device, built: Built | None = None) -> Built:
+    """The reference on the Case's tensors (`built`, or a fresh build); returns them."""
+    expected = built or build(case, device)
     naive_fp8_set_kv_buffer(*expected.args(), **expected.kwargs())
     return expected
 
 
-def run_impl(case: Case, impl: Implementation, device: torch.device) -> tuple[Built, str | None]:
-    """Build the Case afresh and run impl on it; returns the tensors and the error, if any."""
-    actual = build(case, device)
+def run_impl(case: Case, impl: Implementation, device: torch.device,
+             built: Built | None = None) -> tuple[Built, str | None]:
+    """Run impl on the Case's tensors (`built`, or a fresh build); returns them and the error, if any."""
+    actual = built or build(case, device)
     try:
         impl(*actual.args(), **actual.kwargs())
         if device.type == "cuda":
@@ -41,8 +43,10 @@ def run_impl(case: Case, impl: Implementation, device: torch.device) -> tuple[Bu
 
 def mismatch_report(case: Case, impl: Implementation, device: torch.device) -> str | None:
     """None if impl's bytes equal the reference's over both whole cache buffers."""
-    expected = run_reference(case, device)
-    actual, error = run_impl(case, impl, device)
+    built = build(case, device)
+    fresh = built.copy()  # the same bytes as a second build, by device copies
+    expected = run_reference(case, device, built)
+    actual, error = run_impl(case, impl, device, fresh)
     if error:
         return error
     return compare_caches(expected, actual)

@@ -26,6 +26,7 @@ from conformance.impls import Implementation
 from kernel import RECIPES, naive_fp8_set_kv_buffer
 from strategies.build import Built, build
 from strategies.case import Case, Scale
+from strategies.fp import f32
 
 T, H, D, PAGE = 16, 16, 256, 16
 PERMUTE = 40503  # odd, so i -> i * PERMUTE mod 2**16 is a bijection
@@ -38,7 +39,10 @@ CPU_SCALES = {
     "1e-30/none": (Scale("tensor1", 1e-30), Scale("none")),
 }
 # CUDA: the full product, every value under every scale kind, k and v alike.
-CUDA_VALUES = (1.0, 2.0**-8, 2.0**-5, 0.5, 2.0, 16.0, 0.3, 0.7, 2.0**-100, 1e-30, 1e30)
+# 2**-64 and 2**126 bound the scales whose x / s skips IEEE division (kernel/triton_kernel.py _divide);
+# 1e-40 (subnormal), 2**-100 and 3e38 take the IEEE division instead.
+CUDA_VALUES = tuple(f32(v) for v in (1.0, 2.0**-8, 2.0**-5, 0.5, 2.0, 16.0, 0.3, 0.7, 0.0123, 2.0**-64, 2.0**126,
+                                     2.0**-100, 1e-30, 1e30, 1e-40, 3e38))
 CUDA_SCALES = [Scale("none")] + [Scale(kind, v) for v in CUDA_VALUES for kind in ("float", "tensor0d", "tensor1")]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conformance.artifacts import load_case
+from conformance.artifacts import FORMAT, load_case
 from conformance.harness import check_case
 from conformance.impls import FUSED_SPEC, Implementation, from_spec, load_callable, test_device
 from kernel import RECIPES
@@ -89,7 +89,7 @@ def test_replay_options_choose_impl_recipe_and_count(failures):
 @pytest.mark.skipif(hardware_cast_available(torch.device("cuda")) if torch.cuda.is_available() else False,
                     reason="this machine has the hardware cast: a hardware case replays on it unchanged")
 def test_hardware_case_replays_on_the_software_encoder_and_says_so(tmp_path):
-    record = {"case": _overflow_case().to_dict(), "report": "recorded on a GPU",
+    record = {"format": FORMAT, "case": _overflow_case().to_dict(), "report": "recorded on a GPU",
               "impl": {"name": "fused-hardware", "spec": FUSED_SPEC, "kwargs": {"encoder": "hardware"}},
               "environment": {"gpu": "NVIDIA H200"}}
     path = tmp_path / "hw.json"
@@ -99,6 +99,15 @@ def test_hardware_case_replays_on_the_software_encoder_and_says_so(tmp_path):
     assert "failed on the hardware e4m3 encoder (NVIDIA H200)" in out, out
     assert "{'encoder': 'software'}" in out and "specific to the hardware cast" in out, out
     assert repro.main([str(path), "--encoder", "hardware"]) == 2  # no hardware cast here: usage error
+
+
+def test_format_1_file_is_refused_with_the_reason(tmp_path, capsys):
+    """Format 1 seeded values with torch's CPU generator; rebuilding them now would give other bytes."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"format": 1, "case": _overflow_case().to_dict()}))
+    assert repro.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "format-1" in err and "cannot be rebuilt" in err, err
 
 
 def test_impl_from_a_file_anywhere(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ the same kernel source on CPU tensors in numpy. The interpreter must be chosen b
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -40,6 +41,19 @@ def resolve_encoder(encoder: str | None, device: torch.device) -> str:
         raise ValueError("encoder='hardware' needs compiled CUDA on sm_89 or newer; "
                          "use encoder='software' here")
     return choice
+
+
+@functools.cache
+def fma_is_exact() -> bool:
+    """True when Triton's tl.fma rounds once here: always when compiled; under the interpreter only
+    where it computes fp32 FMAs exactly (triton 3.9 does; 3.6 computes x * y + z, two roundings).
+    Measured once per process with a one-element probe kernel, not inferred from a version."""
+    if not interpreted():
+        return True
+    from kernel.triton_kernel import fma_probe
+    out = torch.zeros(1, dtype=torch.float32)
+    fma_probe[(1,)](out)
+    return out.item() == 2.0**-11 + 2.0**-24
 
 
 def describe() -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernel.backend import interpreted, resolve_encoder
+from kernel.backend import fma_is_exact, interpreted, resolve_encoder
 from kernel.plan import Plan, ScaleArg, make_plan
 from kernel.recipe import DEFAULT_RECIPE, Recipe
 from kernel.reference import naive_fp8_set_kv_buffer
@@ -22,15 +22,17 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
+def choose_tile(num_tokens: int, heads: int, dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): a pure function of the sizes, from a few buckets.
 
-    Compiled (tile sizes chosen from a sweep on the H200, 2026-12-02; results in README):
+    Compiled (tiles from sweeps on the H200, 2026-12-02, docs/results/README.md):
     - BLOCK_D is D's next power of two (16 to 128), masked: 16-wide blocks that divide D = 80
       measured 17% of the copy roofline at T = 32768, against 62% for one 128-wide masked block;
-    - decode (T <= 64) takes 2048-element tiles: the call is latency-bound;
-    - prefill takes 8192 elements (4096 for the software encoder, which is ALU-bound): enough
-      bytes in flight per SM for the copy roofline.
+    - decode (T <= 64) takes 1024-element tiles (4 warps, 8 elements a thread): the call is
+      latency-bound, and more, smaller programs start sooner (2.5-3.0 us against 2.8-3.2 us for 2048);
+    - prefill takes 4096-element tiles on both encoders: with recipe-specialized code that was
+      the best of 2048-16384 elements and 2-8 warps over the six recipes (94-96% of the copy roofline
+      at 8x128 on the hardware encoder; 8192 lost up to 8 points on the division recipes).
     Interpreted: each program costs tens of milliseconds, so tiles are larger, but still small
     enough that CI's cases span several programs on every axis (T > 8, H > 4 or D > 128).
     """
@@ -39,15 +41,17 @@ def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[
             min(_pow2_at_least(dim), 128), 1
     block_d = min(max(_pow2_at_least(dim), 16), 128)
     block_h = min(_pow2_at_least(heads), max(1, 1024 // block_d))
-    tile = 2048 if num_tokens <= 64 else (4096 if software else 8192)
+    tile = 1024 if num_tokens <= 64 else 4096
     return max(1, tile // (block_h * block_d)), block_h, block_d, 4
 
 
 def _vectorizable(plan: Plan, kc: tuple[int, ...], vc: tuple[int, ...]) -> bool:
-    """True when every row offset is a multiple of 16 elements and every dim stride is 1."""
+    """True when every row of K, V and both caches starts 16-byte aligned and dims are unit-stride:
+    16-byte-aligned bases, row offsets that are multiples of 16 elements, D a multiple of 16."""
     k, v = plan.k.stride(), plan.v.stride()
     return (plan.head_dim % 16 == 0 and k[2] == v[2] == kc[3] == vc[3] == 1
-            and all(s % 16 == 0 for s in (*k[:2], *v[:2], *kc[:3], *vc[:3])))
+            and all(s % 16 == 0 for s in (*k[:2], *v[:2], *kc[:3], *vc[:3]))
+            and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache)))
 
 
 def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, float, int]:
@@ -57,8 +61,11 @@ def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, flo
     return dummy, scale.value, 0
 
 
-def launch(plan: Plan, encoder: str | None = None) -> None:
-    """Run the kernel for a validated plan (nothing to do for T == 0)."""
+def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int, int, int] | None = None) -> None:
+    """Run the kernel for a validated plan (nothing to do for T == 0).
+
+    `tile` (BLOCK_T, BLOCK_H, BLOCK_D, num_warps) replaces choose_tile's choice: for tuning sweeps.
+    """
     if plan.num_tokens == 0:
         return
     if plan.device.type != "cuda" and not interpreted():
@@ -66,7 +73,7 @@ def launch(plan: Plan, encoder: str | None = None) -> None:
                          f"TRITON_INTERPRET=1), got {plan.device}")
     software = resolve_encoder(encoder, plan.device) == "software"
     r = plan.recipe
-    block_t, block_h, block_d, warps = choose_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software)
+    block_t, block_h, block_d, warps = tile or choose_tile(plan.num_tokens, plan.num_heads, plan.head_dim)
     grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h),
             triton.cdiv(plan.head_dim, block_d))
     ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)
@@ -79,13 +86,13 @@ def launch(plan: Plan, encoder: str | None = None) -> None:
     fp8_kv_write[grid](
         plan.k, plan.v, k_bytes, v_bytes, plan.cache_loc, ks_ptr, vs_ptr,
         ks_value, vs_value, ks_from_ptr, vs_from_ptr,
-        int(r.scale_op == "mul_reciprocal"), int(r.scale_dtype == "input"),
-        int(r.intermediate == "input"), int(r.overflow == "saturate"),
         plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots,
         plan.cache_loc.stride(0),
         *plan.k.stride(), *plan.v.stride(),
         *kc_strides, *vc_strides,
-        SOFTWARE=software, VEC=_vectorizable(plan, kc_strides, vc_strides),
+        MUL_RECIPROCAL=r.scale_op == "mul_reciprocal", SCALE_IN_INPUT=r.scale_dtype == "input",
+        INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
+        SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, kc_strides, vc_strides),
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
     )
 

@@ -1,16 +1,20 @@
 """The fused Triton kernel: load K/V, scale, round, encode to e4m3, store to the cache slot.
 
 One program handles a [BLOCK_T tokens, BLOCK_H heads, BLOCK_D dims] tile of K and the same tile of
-V, so cache_loc is read once for both. Sizes, strides and the recipe's switches are runtime
-arguments (one compiled kernel serves every shape and recipe); only what changes the generated code
-is a constexpr: the tile, the encoder, and whether the vectorization hints hold.
+V, so cache_loc is read once for both. Sizes and strides are runtime arguments. The recipe's four
+switches are constexprs: each recipe compiles to straight-line code holding only its own steps.
+(Runtime switches kept every recipe's code, and its registers, in one kernel: on the H200, `unfused`
+at 8x128, T = 32768 ran at 79-87% of the copy roofline with 128-182 registers a thread, and at 94%
+specialized.) Pointer alignment
+is not specialized (each of 7 pointers would double the variants); VEC says, after the wrapper has
+checked, that every row starts 16-byte aligned, which is what 16-byte loads and stores need.
 
 Two interchangeable e4m3 encoders, chosen by the SOFTWARE constexpr:
 - hardware: Triton's cast, `cvt.rn.satfinite.e4m3` on sm_89+ (RNE, ±448 saturation, NaN -> 0x7F),
   with an explicit fix-up for the recipes whose overflow is NaN;
-- software: exact integer bit operations. Triton's interpreter rounds float downcasts wrongly
-  (triton-lang/triton#8322), and GPUs below sm_89 have no fp8 cast, so this path is the one used
-  there; it is forced on the H200 to test it.
+- software: exact integer bit operations and one fp32 add. Triton's interpreter rounds float
+  downcasts wrongly (triton-lang/triton#8322), and GPUs below sm_89 have no fp8 cast, so this path
+  is the one used there; it is forced on the H200 to test it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr", "ks_ptr", "vs_ptr"]
 INT_ARGS = [
-    "ks_from_ptr", "vs_from_ptr", "mul_reciprocal", "scale_in_input", "intermediate", "saturate",
+    "ks_from_ptr", "vs_from_ptr",
     "T", "H", "D", "page_size", "num_slots", "loc_stride",
     "k_st", "k_sh", "k_sd", "v_st", "v_sh", "v_sd",
     "kc_sp", "kc_so", "kc_sh", "kc_sd", "vc_sp", "vc_so", "vc_sh", "vc_sd",
@@ -54,88 +59,140 @@ def _round_input(y, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_sw(y, saturate):
-    """fp32 -> e4m3fn byte with integer operations and one exact fp32 add (c10's method)."""
+def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """fp32 -> e4m3fn byte with integer operations and one fp32 add, which does the rounding.
+
+    Adding c = 2**(E+20) to |y| (E: |y|'s binade, at least e4m3's -6) leaves |y| rounded to
+    nearest-even at c's ulp, 2**(E-3), which is e4m3's quantum in that binade, subnormals included.
+    The sum's bits minus c's bits are then |y| / quantum (8..16 for normals, 0..8 for subnormals),
+    and the byte is (E + 6) * 8 plus that: a carry into the next binade falls out of the addition.
+    ROUND_BF16 first rounds |y| to bf16 (the unfused recipes' intermediate step), on the bits.
+    """
     b = y.to(tl.uint32, bitcast=True)
-    sign = (b >> 24) & 0x80
     a = b & 0x7FFFFFFF
-    is_nan = a > 0x7F800000
-    # Overflow: clamp the magnitude to 448 (saturate) or to 480, whose encoding is 0x7F (NaN).
-    a = tl.minimum(a, tl.where(saturate != 0, 0x43E00000, 0x43F00000))
-    # Normal (|y| >= 2**-6): rebias the exponent from 127 to 7 and drop 20 mantissa bits, adding
-    # 0x7FFFF plus the lowest kept bit: round to nearest, ties to even.
-    normal = (a - 0x3C000000 + 0x7FFFF + ((a >> 20) & 1)) >> 20
-    # Subnormal: 2**14 + |y| rounds |y| to the e4m3 quantum 2**-9 (an IEEE add rounds to nearest
-    # even); the low mantissa bits are then the e4m3 code. Exact on every backend, FTZ included.
-    subnormal = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.uint32, bitcast=True) - 0x46800000
-    mag = tl.where(a >= 0x3C800000, normal, subnormal)
-    return tl.where(is_nan, 0x7F, mag | sign).to(tl.uint8)
+    is_nan = a > 0x7F800000  # decided first: the bf16 rounding may change a NaN's bits
+    if ROUND_BF16:
+        # RNE to bf16: add 0x7FFF plus the lowest kept bit, drop 16 bits. Subnormals need no special
+        # case (bf16 has fp32's exponent range); a carry out of the largest finite value gives inf.
+        a = (a + 0x7FFF + ((a >> 16) & 1)) & 0xFFFF0000
+    # Overflow: clamp the magnitude to 448 (saturate) or to 480, whose encoding is 0x7F (NaN);
+    # (464, 480) round up to 480 and 464 itself is a tie that goes to the even 448.
+    a = tl.minimum(a, 0x43E00000 if SATURATE else 0x43F00000)
+    binade = tl.maximum(a & 0x7F800000, 0x3C800000)  # 2**E as bits, E >= -6
+    c = binade + (20 << 23)
+    total = (a.to(tl.float32, bitcast=True) + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
+    mag = total - c + (binade >> 20) - 968  # (E + 127) * 8 - 968 = (E + 6) * 8
+    return tl.where(is_nan, 0x7F, mag | ((b >> 24) & 0x80)).to(tl.uint8)
 
 
 @triton.jit
-def _e4m3_hw(y, saturate):
+def _e4m3_hw(y, SATURATE: tl.constexpr):
     """fp32 -> e4m3fn byte through the hardware cast, plus the NaN-overflow fix-up."""
     byte = y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # RNE, ±448 saturation, NaN -> 0x7F
-    sign = ((y.to(tl.uint32, bitcast=True) >> 24) & 0x80).to(tl.uint8)
-    nan_overflow = (saturate == 0) & (tl.abs(y) > 464.0)  # rounds past 448 onto the NaN pattern
-    return tl.where(nan_overflow, sign | 0x7F, byte)
+    if not SATURATE:
+        # Past 464 the cast gave ±448 (0x7E/0xFE); the NaN of that sign is one more (0x7F/0xFF).
+        byte = byte | (tl.abs(y) > 464.0).to(tl.uint8)
+    return byte
 
 
 @triton.jit
-def _load_scale(ptr, value, from_ptr, IN_DTYPE: tl.constexpr, scale_in_input, SOFTWARE: tl.constexpr):
+def _load_scale(ptr, value, from_ptr, IN_DTYPE: tl.constexpr, SCALE_IN_INPUT: tl.constexpr,
+                SOFTWARE: tl.constexpr):
     """The scale as fp32: the float argument, or the tensor's one element, rounded if the recipe says."""
     s = tl.full((), value, tl.float32)  # the interpreter would type an fp32 subnormal as fp64
     if from_ptr != 0:
         s = tl.load(ptr).to(tl.float32)
-    if scale_in_input != 0:
+    if SCALE_IN_INPUT:
         s = _round_input(s, IN_DTYPE, SOFTWARE)
     return s
 
 
 @triton.jit
-def _quantize(x, s, mul_reciprocal, intermediate, saturate, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
+def fma_probe(out_ptr):
+    """fma(1 + 2**-12, 1 + 2**-12, -1): 2**-11 + 2**-24 when rounded once, 2**-11 when rounded twice."""
+    a = tl.full((1,), 1.0 + 2.0**-12, tl.float32)
+    tl.store(out_ptr + tl.arange(0, 1), tl.fma(a, a, tl.full((1,), -1.0, tl.float32)))
+
+
+@triton.jit
+def _divide(x32, s, EXACT_FMA: tl.constexpr):
+    """x / s, correctly rounded like IEEE fp32 division, with no division per element.
+
+    Triton's IEEE division (`div.rn.f32`) is a multi-instruction sequence with a slow-path call per
+    element, which made the divide recipes ALU-bound (55% of the copy roofline on the H200).
+    Instead, Markstein's correction of q0 = x * RN(1/s): the residual x - q0 * s is exact in one
+    FMA, and RN(q0 + residual * RN(1/s)) is the correctly rounded quotient (Markstein's theorem,
+    Handbook of Floating-Point Arithmetic, 2nd ed., Theorem 4.10) wherever nothing underflows.
+    For 2**-64 <= s <= 2**126 that holds for every quotient from 2**-36 upwards, far below the
+    2**-10 under which every e4m3 byte is ±0; smaller quotients keep their sign. The residual is
+    ±inf or NaN only when q0 is ±inf or NaN, which is then the answer. The sign is x's, set last:
+    Triton compiles `-v` as `0 - v` (which turns -0 into +0), so zero results cannot carry it.
+    Scales outside that range, and Triton interpreters whose fma rounds twice (EXACT_FMA false,
+    see kernel.backend.fma_is_exact), take IEEE division.
+    Checked: numpy with an exact FMA against IEEE division (bf16, fp16 and random fp32 inputs,
+    thousands of scales), and through this kernel by conformance/test_exhaustive.py and tools.sweep_fp32.
+    """
+    if EXACT_FMA and (s >= 2.0**-64) & (s <= 2.0**126):
+        r = tl.math.div_rn(1.0, s)
+        q0 = x32 * r
+        residual = tl.fma(q0, s, -x32)
+        q = tl.where(tl.abs(residual) < float("inf"), tl.fma(-residual, r, q0), q0)
+        sign = x32.to(tl.uint32, bitcast=True) & 0x80000000  # s > 0: x / s has x's sign, zeros included
+        q = ((q.to(tl.uint32, bitcast=True) & 0x7FFFFFFF) | sign).to(tl.float32, bitcast=True)
+    else:
+        q = tl.math.div_rn(x32, s + tl.zeros_like(x32))
+    return q
+
+
+@triton.jit
+def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SATURATE: tl.constexpr,
+              IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr):
     """Input values -> e4m3 bytes under the recipe's switches (see kernel/recipe.py)."""
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
         # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (0x8001 -> -0).
         x32 = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     else:
         x32 = x.to(tl.float32)  # exact widening
-    if mul_reciprocal != 0:
+    if MUL_RECIPROCAL:
         y = x32 * tl.math.div_rn(1.0, s)
     else:
-        y = tl.math.div_rn(x32, s + tl.zeros_like(x32))
-    if intermediate != 0:
-        y = _round_input(y, IN_DTYPE, SOFTWARE)
-    if SOFTWARE:
-        byte = _e4m3_sw(y, saturate)
+        y = _divide(x32, s, EXACT_FMA)
+    if SOFTWARE and IN_DTYPE == tl.bfloat16:
+        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE)  # rounds to bf16 on the bits, in the encoder
     else:
-        byte = _e4m3_hw(y, saturate)
+        if INTERMEDIATE:
+            y = _round_input(y, IN_DTYPE, SOFTWARE)
+        if SOFTWARE:
+            byte = _e4m3_sw(y, SATURATE, False)
+        else:
+            byte = _e4m3_hw(y, SATURATE)
     return byte
 
 
 @triton.jit
-def _offsets(rows, h64, d64, s_h, s_d, VEC: tl.constexpr):
-    """Element offsets of a [BT, BH, BD] tile from each token's row offset.
+def _pointers(base, rows, h64, d64, s_h, s_d, VEC: tl.constexpr):
+    """Pointers to a [BT, BH, BD] tile from each token's row offset (in elements).
 
-    With VEC the wrapper has checked that every row offset is a multiple of 16 and dims are
-    unit-stride, so the hints let Triton emit 16-byte loads and stores.
+    With VEC the wrapper has checked that the base is 16-byte aligned, every row offset a multiple
+    of 16 elements and dims unit-stride: each row then starts 16-byte aligned, and the hint lets
+    Triton emit 16-byte loads and stores.
     """
-    rows = rows[:, None] + h64[None, :] * s_h
+    rows = base + (rows[:, None] + h64[None, :] * s_h)
     if VEC:
         rows = tl.multiple_of(rows, (16, 16))
         return rows[:, :, None] + d64[None, None, :]
     return rows[:, :, None] + (d64 * s_d)[None, None, :]
 
 
-@triton.jit(do_not_specialize=INT_ARGS)
+@triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def fp8_kv_write(
     k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
     ks_value, vs_value, ks_from_ptr, vs_from_ptr,
-    mul_reciprocal, scale_in_input, intermediate, saturate,
     T, H, D, page_size, num_slots, loc_stride,
     k_st, k_sh, k_sd, v_st, v_sh, v_sd,
     kc_sp, kc_so, kc_sh, kc_sd, vc_sp, vc_so, vc_sh, vc_sd,
-    SOFTWARE: tl.constexpr, VEC: tl.constexpr,
+    MUL_RECIPROCAL: tl.constexpr, SCALE_IN_INPUT: tl.constexpr, INTERMEDIATE: tl.constexpr,
+    SATURATE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, VEC: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -156,15 +213,15 @@ def fp8_kv_write(
         d_ok = tl.max_constancy(d_ok, 16)  # D % 16 == 0, so the mask is constant per 16 dims
     mask = writes[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
 
-    ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, k_ptr.dtype.element_ty, scale_in_input, SOFTWARE)
-    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, k_ptr.dtype.element_ty, scale_in_input, SOFTWARE)
+    ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, k_ptr.dtype.element_ty, SCALE_IN_INPUT, SOFTWARE)
+    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, k_ptr.dtype.element_ty, SCALE_IN_INPUT, SOFTWARE)
 
     # Both loads are issued before any store: the stores may alias the inputs as far as the
     # compiler knows, so this order is what keeps K's and V's reads in flight together.
-    xk = tl.load(k_ptr + _offsets(t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=mask, other=0.0)
-    xv = tl.load(v_ptr + _offsets(t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=mask, other=0.0)
-    bk = _quantize(xk, ks, mul_reciprocal, intermediate, saturate, k_ptr.dtype.element_ty, SOFTWARE)
-    tl.store(kc_ptr + _offsets(k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
-    bv = _quantize(xv, vs, mul_reciprocal, intermediate, saturate, k_ptr.dtype.element_ty, SOFTWARE)
-    tl.store(vc_ptr + _offsets(v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
+    xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=mask, other=0.0)
+    xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=mask, other=0.0)
+    bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA)
+    tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
+    bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA)
+    tl.store(_pointers(vc_ptr, v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
 

@@ -48,3 +48,13 @@ def test_exits_cleanly_without_cuda(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert bench.main(["--quick"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_tile_sweep_parses_tiles_and_exits_cleanly_without_cuda(monkeypatch, capsys):
+    import torch
+
+    from tools import tile_sweep
+    assert tile_sweep._pairs("2048x4,8192x8") == [(2048, 4), (8192, 8)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tile_sweep.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -76,9 +76,12 @@ def test_cases_cover_the_space_at_useful_rates():
     wanted |= {f"loc_dtype={d}": 0.2 for d in LOC_DTYPES} | {"input_rank=2": 0.2, "input_rank=3": 0.2}
     wanted |= {"cache_rank=3": 0.2, "cache_rank=4": 0.2} | {f"scale={k}": 0.15 for k in SCALE_KINDS}
     wanted |= {f"override={label}": 0.01 for label in LABELS}
-    wanted |= {"exact-target=e4m3-tie": 0.02, "exact-target=e4m3-grid": 0.02}
+    # Exact e4m3 ties are rare here (an exact input exists only for some scales) and their count moved
+    # between 4 and 10 in 400 with the xdist worker a test landed on; conformance/test_ties.py puts an
+    # exact tie at every element, so this only checks that the general strategy reaches them at all.
+    wanted |= {"exact-target=e4m3-tie": 0.005, "exact-target=e4m3-grid": 0.02}
     wanted |= {"non-contiguous": 0.6, "permuted": 0.2, "padded": 0.2, "inner-step": 0.1, "misaligned": 0.1,
-               "loc_step>1": 0.1, "padding": 0.1, "out-of-range": 0.1, "T=0": 0.03, "checked": 0.03}
+               "loc_step>1": 0.1, "padding": 0.05, "out-of-range": 0.1, "T=0": 0.03, "checked": 0.03}
     low = {k: f"{seen[k] / n:.3f} < {rate}" for k, rate in wanted.items() if seen[k] < rate * n}
     assert not low, f"features drawn too rarely in {n} cases: {low}\nall counts: {dict(seen)}"
 

@@ -1,7 +1,10 @@
 """Case -> tensors, deterministically, on any device.
 
-Every buffer is built on the CPU from the Case's seed with a private `torch.Generator`, then moved:
-the same Case gives the same bytes on every machine. Views are carved out of larger buffers:
+Every buffer is made on the target device from the Case's seed by integer hashing (`hash32`): the
+value at each position is a pure function of (seed, tensor, position), computed with exact integer
+operations, so the same Case gives the same bytes on every machine, device and torch version, and
+building a large case costs a few dozen device ops instead of CPU random-number generation.
+Views are carved out of larger buffers:
 - inputs sit in buffers whose gaps hold a poison NaN, so a kernel that reads outside its view
   writes a wrong byte;
 - caches sit in uint8 buffers with guard bands before and after, pre-filled with seeded bytes, so
@@ -10,6 +13,7 @@ the same Case gives the same bytes on every machine. Views are carved out of lar
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +45,7 @@ class Built:
     cache_loc: torch.Tensor
     k_scale: float | torch.Tensor | None
     v_scale: float | torch.Tensor | None
-    k_logical: torch.Tensor  # [T, H, D] values on the CPU, overrides applied
+    k_logical: torch.Tensor  # [T, H, D] values, overrides applied, on the build device
     v_logical: torch.Tensor
     buffers: dict[str, torch.Tensor]  # name -> whole buffer (caches as uint8, guards included)
 
@@ -57,32 +61,79 @@ class Built:
         """Copies of every buffer, to compare against after a call."""
         return {name: buf.clone() for name, buf in self.buffers.items()}
 
+    def copy(self) -> Built:
+        """The same Case's tensors in fresh buffers: what a second build would give, by device copies."""
+        buffers = self.snapshot()
 
-def seeded_generator(seed: int, stream: str) -> torch.Generator:
-    """A private CPU generator per (seed, stream): independent streams, stable across devices."""
-    return torch.Generator().manual_seed((seed * 1_000_003 + sum(map(ord, stream)) * 7919) % 2**63)
+        def same_view(t: torch.Tensor, name: str) -> torch.Tensor:
+            buf = buffers[name] if t.dtype == buffers[name].dtype else buffers[name].view(t.dtype)
+            return buf.as_strided(t.shape, t.stride(), t.storage_offset())
+
+        scales = [buffers.get(n, s) if isinstance(s, torch.Tensor) else s
+                  for n, s in (("k_scale", self.k_scale), ("v_scale", self.v_scale))]
+        return Built(self.case, same_view(self.k, "k"), same_view(self.v, "v"),
+                     same_view(self.k_cache, "k_cache"), same_view(self.v_cache, "v_cache"),
+                     same_view(self.cache_loc, "cache_loc"), *scales, self.k_logical, self.v_logical,
+                     buffers)
 
 
-def _logical_values(case: Case, name: str, scale: Scale) -> torch.Tensor:
+MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for int64 x in [0, 2**32): split so that no int64 product overflows."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mix (Wellons' lowbias32) of int64 values in [0, 2**32): exact on every device."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def stream_key(seed: int, stream: str) -> int:
+    """A 32-bit key per (seed, stream), so that every tensor of a Case draws independent values."""
+    mixed = (seed * 1_000_003 + sum(map(ord, stream)) * 7919) & MASK32
+    return int(hash32(torch.tensor([mixed], dtype=torch.int64)).item())
+
+
+def seeded_bits(seed: int, stream: str, n: int, device: torch.device) -> torch.Tensor:
+    """n hashed 32-bit values (int64 tensor) of the (seed, stream) sequence."""
+    index = torch.arange(n, dtype=torch.int64, device=device)
+    return hash32((index + stream_key(seed, stream)) & MASK32)
+
+
+#: (mantissa bits, exponent bias, largest biased exponent of a finite value) per input dtype
+_FIELDS = {"bfloat16": (7, 127, 254), "float16": (10, 15, 30), "float32": (23, 127, 254)}
+
+
+def _logical_values(case: Case, name: str, scale: Scale, device: torch.device) -> torch.Tensor:
     """Seeded values spread over the whole e4m3 range after scaling, with the overrides applied.
 
-    |x| / scale is 2**E * (1 + f) with E uniform in [-12, 9]: subnormal e4m3 results through
-    overflow past 448. Clamped to the dtype's finite range, so inf and NaN come only from overrides.
+    |x| is 2**(E + floor(log2(scale))) * (1 + f), E uniform-ish in [-12, 9] and f the dtype's own
+    mantissa bits, so |x| / scale spans e4m3's subnormals through overflow past 448. The value is
+    assembled as bits: subnormal where the exponent is below the dtype's range (mantissa shifted
+    out, possibly to zero), the largest finite value above it. inf and NaN come only from overrides.
     """
-    g = seeded_generator(case.seed, name)
-    shape = case.input_shape
-    exponent = torch.randint(-12, 10, shape, generator=g).to(torch.float64)
-    fraction = torch.rand(shape, generator=g, dtype=torch.float64)
-    sign = torch.randint(0, 2, shape, generator=g).to(torch.float64) * 2 - 1
-    values = sign * torch.exp2(exponent) * (1 + fraction) * scale.value
-    dtype = DTYPES[case.input_dtype]
-    finite = torch.finfo(dtype).max
-    x = values.clamp(-finite, finite).to(dtype)
-    flat_bits = x.view(BITS_DTYPES[case.input_dtype]).reshape(-1)
+    man_bits, bias, max_biased = _FIELDS[case.input_dtype]
+    width = 32 if case.input_dtype == "float32" else 16
+    h = seeded_bits(case.seed, name, math.prod(case.input_shape), device)
+    fraction = h & ((1 << man_bits) - 1)
+    biased = ((h >> 24) & 0x7F) % 22 - 12 + (math.frexp(scale.value)[1] - 1) + bias
+    normal = (biased << man_bits) | fraction
+    largest = (max_biased << man_bits) | ((1 << man_bits) - 1)
+    shift = (1 - biased).clamp(0, man_bits + 1)  # below the normal range: a subnormal, or zero
+    subnormal = ((1 << man_bits) | fraction) >> shift
+    bits = torch.where(biased > max_biased, largest, torch.where(biased < 1, subnormal, normal))
+    bits = bits | ((h >> 31) << (width - 1))
     for o in case.overrides:
-        if o.tensor == name and o.index < flat_bits.numel():
-            flat_bits[o.index] = _signed(o.bits, flat_bits.element_size() * 8)
-    return x
+        if o.tensor == name and o.index < bits.numel():
+            bits[o.index] = o.bits
+    signed = torch.where(bits >= 1 << (width - 1), bits - (1 << width), bits)
+    return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(case.input_shape)
 
 
 def _signed(bits: int, width: int) -> int:
@@ -94,10 +145,10 @@ def _input_view(case: Case, name: str, layout: Layout, values: torch.Tensor,
     shape = case.input_shape
     n = INPUT_GUARD + layout.span(shape) + INPUT_GUARD
     bits = torch.full((n,), _signed(POISON_BITS[case.input_dtype], values.element_size() * 8),
-                      dtype=BITS_DTYPES[case.input_dtype])
-    buf = bits.view(values.dtype).to(device)
+                      dtype=BITS_DTYPES[case.input_dtype], device=device)
+    buf = bits.view(values.dtype)
     view = buf.as_strided(shape, layout.strides(shape), INPUT_GUARD + layout.offset)
-    view.copy_(values.to(device))
+    view.copy_(values)
     if case.input_rank == 2:
         view = _merge(view, 1, f"{name} layout cannot be viewed as [T, H*D]")
     return view, buf
@@ -117,8 +168,7 @@ def _cache_view(case: Case, name: str, layout: Layout,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     shape = case.cache_shape
     n = GUARD_BYTES + layout.span(shape) + GUARD_BYTES
-    pattern = torch.randint(0, 256, (PATTERN_LEN,), generator=seeded_generator(case.seed, name),
-                            dtype=torch.uint8).to(device)
+    pattern = (seeded_bits(case.seed, name, PATTERN_LEN, device) & 0xFF).to(torch.uint8)
     buf = pattern.repeat(n // PATTERN_LEN + 1)[:n].contiguous()
     typed = buf if case.cache_dtype == "uint8" else buf.view(DTYPES[case.cache_dtype])
     view = typed.as_strided(shape, layout.strides(shape), GUARD_BYTES + layout.offset)
@@ -139,8 +189,8 @@ def _scale(scale: Scale, device: torch.device) -> float | torch.Tensor | None:
 def build(case: Case, device: torch.device | str = "cpu") -> Built:
     """Make the Case's tensors on `device`. The same Case always gives the same bytes."""
     device = torch.device(device)
-    k_logical = _logical_values(case, "k", case.k_scale)
-    v_logical = _logical_values(case, "v", case.v_scale)
+    k_logical = _logical_values(case, "k", case.k_scale, device)
+    v_logical = _logical_values(case, "v", case.v_scale, device)
     k, k_buf = _input_view(case, "k", case.k_layout, k_logical, device)
     v, v_buf = _input_view(case, "v", case.v_layout, v_logical, device)
     k_cache, kc_buf = _cache_view(case, "k_cache", case.k_cache_layout, device)

@@ -25,6 +25,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from kernel.recipe import RECIPES, Recipe, get_recipe
+from kernel.reference import encode_e4m3
 from strategies._cache import ints, sampled
 from strategies.case import Override, Scale
 from strategies.fp import FORMATS, Fmt, e4m3_value, f32, from_bits, ieee_div, round_to, to_bits
@@ -71,10 +72,10 @@ def decisive_input_ties(recipe_name: str, dtype: str, scale: float) -> tuple[int
     quantum = torch.pow(2.0, (e - 1).clamp(min=fmt.min_normal_exp).double() - fmt.mantissa_bits)
     q = yd / quantum
     tie = torch.isfinite(yd) & (yd != 0) & (q - torch.floor(q) == 0.5) & (yd.abs() < fmt.max_finite)
-    # A quick filter (torch's e4m3 cast of the two neighbours), then the exact pure-Python check.
+    # The two neighbours' bytes under the recipe's own overflow rule (the reference's encoder: near
+    # 448 a saturating recipe gives both 0x7E), then the exact pure-Python check of the tie itself.
     lo, hi = (yd - quantum / 2).float(), (yd + quantum / 2).float()
-    e8 = torch.float8_e4m3fn
-    tie &= lo.to(e8).view(torch.uint8) != hi.to(e8).view(torch.uint8)
+    tie &= encode_e4m3(lo, recipe) != encode_e4m3(hi, recipe)
     found = []
     for b in bits[tie].tolist():
         y1 = pre_intermediate(from_bits(b, dtype), scale, recipe, fmt)

@@ -163,6 +163,26 @@ def grid(args: argparse.Namespace, all_recipes: list[str], default_recipe: str) 
 
 
 # ----------------------------------------------------------------------------------------------- CUDA
+def graph_replay_us(fn: Callable[[int], None], sets: int, rep_ms: float) -> float:
+    """Microseconds per call: CALLS_PER_GRAPH calls (rotating `sets` buffer sets) captured in one CUDA
+    graph after a warm-up on a side stream, replayed under triton.testing.do_bench (median)."""
+    import torch
+    import triton.testing
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(sets):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(CALLS_PER_GRAPH):
+            fn(i % sets)
+    ms = triton.testing.do_bench(graph.replay, warmup=5, rep=rep_ms, return_mode="median")
+    return ms * 1e3 / CALLS_PER_GRAPH
+
+
 def _run(args: argparse.Namespace) -> int:
     import torch
     import triton.testing
@@ -193,19 +213,8 @@ def _run(args: argparse.Namespace) -> int:
             samples.append((time.perf_counter() - t0) / n * 1e6)
         return statistics.median(samples)
 
-    def graph_us(fn: Callable[[int], None], sets: int) -> tuple[float, torch.cuda.CUDAGraph]:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for i in range(sets):
-                fn(i)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(CALLS_PER_GRAPH):
-                fn(i % sets)
-        ms = triton.testing.do_bench(graph.replay, warmup=5, rep=args.rep_ms, return_mode="median")
-        return ms * 1e3 / CALLS_PER_GRAPH, graph
+    def graph_us(fn: Callable[[int], None], sets: int) -> float:
+        return graph_replay_us(fn, sets, args.rep_ms)
 
     def zeros_fp8(shape: tuple[int, ...]) -> torch.Tensor:
         return torch.zeros(shape, device=dev, dtype=torch.uint8).view(torch.float8_e4m3fn)
@@ -247,13 +256,13 @@ def _run(args: argparse.Namespace) -> int:
         if nbytes not in copy_cache:
             src = [torch.empty(nbytes // 2, dtype=torch.uint8, device=dev) for _ in range(sets_n)]
             dst = [torch.empty_like(x) for x in src]
-            copy_cache[nbytes], _ = graph_us(lambda i: dst[i].copy_(src[i]), sets_n)
+            copy_cache[nbytes] = graph_us(lambda i: dst[i].copy_(src[i]), sets_n)
         ref = reference(recipe, sets, sets_n) if recipe == default and not args.no_reference else None
         for enc in args.encoders:
             row = Row(recipe, enc, t, h, d, nbytes, copy_us=copy_cache[nbytes])
             run = lambda i, enc=enc: call(kernel.fused_fp8_set_kv_buffer, sets[i], recipe=recipe, encoder=enc)
             try:
-                row.fused_graph_us, _ = graph_us(run, sets_n)
+                row.fused_graph_us = graph_us(run, sets_n)
                 row.fused_eager_us = wall_us(run, sets_n)
             except Exception as exc:
                 print(f"  fused {enc} failed at {recipe} T={t} H={h} D={d}: {type(exc).__name__}: {exc}"[:300])
@@ -268,6 +277,7 @@ def _run(args: argparse.Namespace) -> int:
                 launches[enc] = count_launches(torch, lambda run=run: run(0))
             rows.append(row)
             print_row(row, header=len(rows) == 1)
+            write_csv(rows, output_dir() / "bench.csv")  # after every row: a cut-off run keeps its rows
 
     def reference(recipe: str, sets: list[dict], sets_n: int) -> tuple[float, float, list]:
         """(eager us, compiled us, expected caches of set 0)."""

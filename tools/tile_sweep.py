@@ -1,0 +1,143 @@
+"""Tile sweep: how `kernel.fused.choose_tile`'s buckets were chosen, re-runnable on any CUDA GPU.
+
+    python -m tools.tile_sweep [--tiles 2048x4,4096x4,8192x4,8192x8] [--decode-tiles 512x4,1024x4,2048x4]
+
+For each (tile elements x warps) it times the fused call through `kernel.fused.launch(tile=...)`,
+graph-replayed like `make bench` (10 calls in one CUDA graph, do_bench median, bf16, scale 0.7,
+random slots), as % of a device-to-device copy of the same bytes, and checks the bytes against the
+reference once per configuration:
+- prefill: T = 32768, 8x128, every recipe, both encoders;
+- decode: T = 1, 8, 64 at 8x128, recipe unfused, hardware encoder, beside two floors (an empty
+  Triton kernel and a Triton copy of the same bytes, graph-replayed).
+Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The 2026-12-02 H200 run that chose the
+current buckets is docs/results/tile-sweep-2026-12-02.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from tools.bench import PAGE_SIZE, bytes_moved, graph_replay_us, output_dir, rotation
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    return [tuple(int(n) for n in item.split("x")) for item in text.split(",") if item]  # type: ignore[misc]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.tile_sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--tiles", type=_pairs, default=_pairs("2048x4,4096x4,8192x4,8192x8,4096x8"),
+                   help="prefill tiles as ELEMENTSxWARPS")
+    p.add_argument("--decode-tiles", type=_pairs, default=_pairs("512x4,1024x4,1024x2,2048x4,2048x8"))
+    p.add_argument("--rep-ms", type=float, default=20.0)
+    args = p.parse_args(argv)
+
+    import torch
+    if not torch.cuda.is_available():
+        print("tools.tile_sweep needs a CUDA GPU; none found here.", file=sys.stderr)
+        return 2
+    import triton
+    import triton.language as tl
+
+    import kernel
+    from kernel.fused import _pow2_at_least, launch
+    from kernel.plan import make_plan
+
+    dev = torch.device("cuda")
+
+    def graph_us(fn, sets: int) -> float:
+        return graph_replay_us(fn, sets, args.rep_ms)
+
+    def make_sets(t: int, h: int, d: int, n: int) -> list[dict]:
+        g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
+        pages = -(-t // PAGE_SIZE)
+        fp8 = lambda: torch.zeros(pages, PAGE_SIZE, h, d, device=dev, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        return [dict(k=torch.randn(t, h, d, device=dev, generator=g).to(torch.bfloat16),
+                     v=torch.randn(t, h, d, device=dev, generator=g).to(torch.bfloat16), k_cache=fp8(), v_cache=fp8(),
+                     cache_loc=torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t]) for _ in range(n)]
+
+    def plan(s: dict, recipe: str):
+        return make_plan(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], 0.7, 0.7, PAGE_SIZE,
+                         recipe=recipe)
+
+    def tile_of(h: int, d: int, elements: int, warps: int) -> tuple[int, int, int, int]:
+        block_d = min(max(_pow2_at_least(d), 16), 128)
+        block_h = min(_pow2_at_least(h), max(1, 1024 // block_d))
+        return max(1, elements // (block_h * block_d)), block_h, block_d, warps
+
+    def exact(s: dict, recipe: str, encoder: str, tile) -> bool:
+        for name in ("k_cache", "v_cache"):
+            s[name].view(torch.uint8).zero_()
+        launch(plan(s, recipe), encoder, tile=tile)
+        ref = {n: torch.zeros_like(s[n]) for n in ("k_cache", "v_cache")}
+        kernel.naive_fp8_set_kv_buffer(s["k"], s["v"], ref["k_cache"], ref["v_cache"], s["cache_loc"], 0.7, 0.7,
+                                       PAGE_SIZE, recipe=recipe)
+        return all(torch.equal(ref[n].view(torch.uint8), s[n].view(torch.uint8)) for n in ref)
+
+    copies: dict[int, float] = {}
+
+    def copy_us(nbytes: int) -> float:
+        if nbytes not in copies:
+            n = rotation(nbytes)
+            src = [torch.empty(nbytes // 2, dtype=torch.uint8, device=dev) for _ in range(n)]
+            dst = [torch.empty_like(x) for x in src]
+            copies[nbytes] = graph_us(lambda i: dst[i].copy_(src[i]), n)
+        return copies[nbytes]
+
+    rows: list[dict] = []
+
+    def measure(phase: str, t: int, h: int, d: int, recipe: str, encoder: str, elements: int, warps: int,
+                sets: list[dict]) -> None:
+        tile = tile_of(h, d, elements, warps)
+        plans = [plan(s, recipe) for s in sets]
+        us = graph_us(lambda i: launch(plans[i], encoder, tile=tile), len(sets))
+        ok = exact(sets[0], recipe, encoder, tile)
+        c = copy_us(bytes_moved(t, h, d))
+        rows.append(dict(phase=phase, T=t, H=h, D=d, recipe=recipe, encoder=encoder, tile_elements=elements,
+                         warps=warps, us=f"{us:.3f}", copy_us=f"{c:.3f}", pct_roofline=f"{100 * c / us:.1f}",
+                         bit_exact=ok))
+        print(f"{phase:<8}{t:>6} {h}x{d:<4}{recipe:<17}{encoder[:4]:<5}{elements:>6}x{warps:<2}{us:9.2f} us "
+              f"{100 * c / us:6.1f}%  exact={ok}", flush=True)
+
+    print(f"tile sweep on {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    t, h, d = 32768, 8, 128
+    sets = make_sets(t, h, d, rotation(bytes_moved(t, h, d)))
+    for encoder in ("hardware", "software"):
+        for elements, warps in args.tiles:
+            for recipe in kernel.RECIPES:
+                measure("prefill", t, h, d, recipe, encoder, elements, warps, sets)
+
+    @triton.jit
+    def _nop(x):
+        pass
+
+    @triton.jit
+    def _copy(src, dst, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+    x = torch.zeros(16, device=dev)
+    print(f"floor: an empty Triton kernel, graph-replayed: {graph_us(lambda i: _nop[(1,)](x), 1):.2f} us")
+    for t in (1, 8, 64):
+        n = bytes_moved(t, 8, 128) // 2
+        src, dst = torch.empty(n, dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
+        grid = (triton.cdiv(n, 2048),)
+        triton_copy = graph_us(lambda i, n=n, src=src, dst=dst, grid=grid: _copy[grid](src, dst, n, BLOCK=2048), 1)
+        print(f"floor: T={t} a Triton copy of the same bytes {triton_copy:.2f} us, torch copy_ {copy_us(2 * n):.2f} us")
+        sets = make_sets(t, 8, 128, 10)
+        for elements, warps in args.decode_tiles:
+            measure("decode", t, 8, 128, "unfused", "hardware", elements, warps, sets)
+
+    path = output_dir() / "tile_sweep.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path}")
+    return 0 if all(r["bit_exact"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
