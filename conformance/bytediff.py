@@ -111,5 +111,4 @@ def compare_caches(expected: Built, actual: Built, first_n: int = FIRST_N) -> st
     reports = [diff_buffers(actual, name, expected.buffers[name].cpu(), actual.buffers[name].cpu(), first_n)
                for name in ("k_cache", "v_cache")
                if not torch.equal(expected.buffers[name], actual.buffers[name])]  # on the device: cheap
-    reports = [r for r in reports if r]
     return "\n".join(reports) if reports else None

@@ -39,10 +39,15 @@ def choose_tile(num_tokens: int, heads: int, dim: int) -> tuple[int, int, int, i
     if interpreted():
         return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), \
             min(_pow2_at_least(dim), 128), 1
+    return tile_for(heads, dim, 1024 if num_tokens <= 64 else 4096)
+
+
+def tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for a compiled tile of about `elements` elements:
+    BLOCK_D is D's next power of two (16 to 128), up to 1024 // BLOCK_D heads, then whole tokens."""
     block_d = min(max(_pow2_at_least(dim), 16), 128)
     block_h = min(_pow2_at_least(heads), max(1, 1024 // block_d))
-    tile = 1024 if num_tokens <= 64 else 4096
-    return max(1, tile // (block_h * block_d)), block_h, block_d, 4
+    return max(1, elements // (block_h * block_d)), block_h, block_d, warps
 
 
 def _vectorizable(plan: Plan, kc: tuple[int, ...], vc: tuple[int, ...]) -> bool:

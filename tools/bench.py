@@ -183,6 +183,34 @@ def graph_replay_us(fn: Callable[[int], None], sets: int, rep_ms: float) -> floa
     return ms * 1e3 / CALLS_PER_GRAPH
 
 
+def zeros_fp8(shape: tuple[int, ...]):
+    """A zeroed float8_e4m3fn CUDA tensor."""
+    import torch
+    return torch.zeros(shape, device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
+
+
+def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float", scale: float = 0.7,
+                locs: str = "random") -> list[dict]:
+    """`sets` independent call arguments on CUDA (bf16 k, v from a seeded generator; zeroed fp8 paged
+    caches; slots a random permutation of the cache's, or 0..T-1), keyed like the call's arguments."""
+    import torch
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
+    pages = -(-t // PAGE_SIZE)
+    out = []
+    for _ in range(sets):
+        slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if locs == "random"
+                 else torch.arange(t, device=dev))
+        s = {"none": None, "float": scale, "tensor1": torch.full((1,), scale, device=dev),
+             "tensor0d": torch.full((), scale, device=dev)}[scale_kind]
+        out.append(dict(
+            k=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
+            v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
+            k_cache=zeros_fp8((pages, PAGE_SIZE, h, d)), v_cache=zeros_fp8((pages, PAGE_SIZE, h, d)),
+            cache_loc=slots.to(torch.int64), k_scale=s, v_scale=s))
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
     import torch
     import triton.testing
@@ -216,25 +244,8 @@ def _run(args: argparse.Namespace) -> int:
     def graph_us(fn: Callable[[int], None], sets: int) -> float:
         return graph_replay_us(fn, sets, args.rep_ms)
 
-    def zeros_fp8(shape: tuple[int, ...]) -> torch.Tensor:
-        return torch.zeros(shape, device=dev, dtype=torch.uint8).view(torch.float8_e4m3fn)
-
     def make_sets(t: int, h: int, d: int, sets: int) -> list[dict]:
-        g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
-        pages = -(-t // PAGE_SIZE)
-        out = []
-        for _ in range(sets):
-            slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if args.locs == "random"
-                     else torch.arange(t, device=dev))
-            scale = {"none": None, "float": args.scale,
-                     "tensor1": torch.full((1,), args.scale, device=dev),
-                     "tensor0d": torch.full((), args.scale, device=dev)}[args.scale_kind]
-            out.append(dict(
-                k=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
-                v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
-                k_cache=zeros_fp8((pages, PAGE_SIZE, h, d)), v_cache=zeros_fp8((pages, PAGE_SIZE, h, d)),
-                cache_loc=slots.to(torch.int64), k_scale=scale, v_scale=scale))
-        return out
+        return buffer_sets(t, h, d, sets, scale_kind=args.scale_kind, scale=args.scale, locs=args.locs)
 
     def call(fn, s: dict, **kw) -> None:
         fn(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"], s["v_scale"], PAGE_SIZE, **kw)

@@ -19,7 +19,7 @@ import argparse
 import csv
 import sys
 
-from tools.bench import PAGE_SIZE, bytes_moved, graph_replay_us, output_dir, rotation
+from tools.bench import PAGE_SIZE, buffer_sets, bytes_moved, graph_replay_us, output_dir, rotation
 
 
 def _pairs(text: str) -> list[tuple[int, int]]:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton.language as tl
 
     import kernel
-    from kernel.fused import _pow2_at_least, launch
+    from kernel.fused import launch, tile_for
     from kernel.plan import make_plan
 
     dev = torch.device("cuda")
@@ -50,30 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     def graph_us(fn, sets: int) -> float:
         return graph_replay_us(fn, sets, args.rep_ms)
 
-    def make_sets(t: int, h: int, d: int, n: int) -> list[dict]:
-        g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
-        pages = -(-t // PAGE_SIZE)
-        fp8 = lambda: torch.zeros(pages, PAGE_SIZE, h, d, device=dev, dtype=torch.uint8).view(torch.float8_e4m3fn)
-        return [dict(k=torch.randn(t, h, d, device=dev, generator=g).to(torch.bfloat16),
-                     v=torch.randn(t, h, d, device=dev, generator=g).to(torch.bfloat16), k_cache=fp8(), v_cache=fp8(),
-                     cache_loc=torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t]) for _ in range(n)]
-
     def plan(s: dict, recipe: str):
-        return make_plan(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], 0.7, 0.7, PAGE_SIZE,
-                         recipe=recipe)
-
-    def tile_of(h: int, d: int, elements: int, warps: int) -> tuple[int, int, int, int]:
-        block_d = min(max(_pow2_at_least(d), 16), 128)
-        block_h = min(_pow2_at_least(h), max(1, 1024 // block_d))
-        return max(1, elements // (block_h * block_d)), block_h, block_d, warps
+        return make_plan(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"], s["v_scale"],
+                         PAGE_SIZE, recipe=recipe)
 
     def exact(s: dict, recipe: str, encoder: str, tile) -> bool:
         for name in ("k_cache", "v_cache"):
             s[name].view(torch.uint8).zero_()
         launch(plan(s, recipe), encoder, tile=tile)
         ref = {n: torch.zeros_like(s[n]) for n in ("k_cache", "v_cache")}
-        kernel.naive_fp8_set_kv_buffer(s["k"], s["v"], ref["k_cache"], ref["v_cache"], s["cache_loc"], 0.7, 0.7,
-                                       PAGE_SIZE, recipe=recipe)
+        kernel.naive_fp8_set_kv_buffer(s["k"], s["v"], ref["k_cache"], ref["v_cache"], s["cache_loc"], s["k_scale"],
+                                       s["v_scale"], PAGE_SIZE, recipe=recipe)
         return all(torch.equal(ref[n].view(torch.uint8), s[n].view(torch.uint8)) for n in ref)
 
     copies: dict[int, float] = {}
@@ -90,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure(phase: str, t: int, h: int, d: int, recipe: str, encoder: str, elements: int, warps: int,
                 sets: list[dict]) -> None:
-        tile = tile_of(h, d, elements, warps)
+        tile = tile_for(h, d, elements, warps)
         plans = [plan(s, recipe) for s in sets]
         us = graph_us(lambda i: launch(plans[i], encoder, tile=tile), len(sets))
         ok = exact(sets[0], recipe, encoder, tile)
@@ -103,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"tile sweep on {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     t, h, d = 32768, 8, 128
-    sets = make_sets(t, h, d, rotation(bytes_moved(t, h, d)))
+    sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)))
     for encoder in ("hardware", "software"):
         for elements, warps in args.tiles:
             for recipe in kernel.RECIPES:
@@ -126,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = (triton.cdiv(n, 2048),)
         triton_copy = graph_us(lambda i, n=n, src=src, dst=dst, grid=grid: _copy[grid](src, dst, n, BLOCK=2048), 1)
         print(f"floor: T={t} a Triton copy of the same bytes {triton_copy:.2f} us, torch copy_ {copy_us(2 * n):.2f} us")
-        sets = make_sets(t, 8, 128, 10)
+        sets = buffer_sets(t, 8, 128, 10)
         for elements, warps in args.decode_tiles:
             measure("decode", t, 8, 128, "unfused", "hardware", elements, warps, sets)
 
