@@ -1,14 +1,17 @@
 """Suite throughput: examples per second for each property, and the kernel variants compiled.
 
 The harness calls `record()` once per example. Each process (an xdist worker, or the lone process)
-writes its counts to reports/stats/ when its session ends; the controller adds them up and prints
-one table at the end of the run. Registered as a pytest plugin from conftest.py.
+writes its counts to reports/stats/<run>/ when its session ends, where <run> is the controller's
+process id (passed to the workers in $KVFP8_STATS_RUN, so two runs side by side in one checkout keep
+apart); the controller adds them up, prints one table at the end of the run and removes the folder.
+Registered as a pytest plugin from conftest.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -35,34 +38,44 @@ def compiled_variants() -> int:
     return sum(len(entry[0]) for entry in caches.values())
 
 
+RUN_ENV = "KVFP8_STATS_RUN"
+
+
 def _worker_id(config: pytest.Config) -> str:
     return getattr(config, "workerinput", {}).get("workerid", "main")
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if _worker_id(session.config) == "main":
-        for old in STATS_DIR.glob("*.json"):
-            old.unlink()
+def _run_dir() -> Path:
+    return STATS_DIR / os.environ.get(RUN_ENV, str(os.getpid()))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _worker_id(config) == "main":  # before xdist starts its workers, which inherit the variable
+        os.environ[RUN_ENV] = str(os.getpid())
+        shutil.rmtree(_run_dir(), ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    STATS_DIR.mkdir(parents=True, exist_ok=True)
+    folder = _run_dir()
+    folder.mkdir(parents=True, exist_ok=True)
     data = {"examples": dict(_examples), "compiled": compiled_variants(),
             "seconds": time.perf_counter() - _started}
-    (STATS_DIR / f"{_worker_id(session.config)}.json").write_text(json.dumps(data))
+    (folder / f"{_worker_id(session.config)}.json").write_text(json.dumps(data))
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    if _worker_id(config) != "main" or not STATS_DIR.exists():
+    folder = _run_dir()
+    if _worker_id(config) != "main" or not folder.exists():
         return
     totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     compiled = []
-    for path in sorted(STATS_DIR.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text())
         compiled.append(data["compiled"])
         for test, (n, secs) in data["examples"].items():
             totals[test][0] += n
             totals[test][1] += secs
+    shutil.rmtree(folder, ignore_errors=True)
     if not totals:
         return
     tr = terminalreporter

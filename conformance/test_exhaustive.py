@@ -33,14 +33,16 @@ PERMUTE = 40503  # odd, so i -> i * PERMUTE mod 2**16 is a bijection
 CUDA = torch.cuda.is_available()
 
 # CPU CI: two calls per (dtype, recipe); k and v carry different scales (and scale kinds), so
-# four scales meet every pattern: non-dyadic, dyadic, tiny (overflows after scaling) and None.
+# six scales meet every pattern: non-dyadic, dyadic, tiny (overflows after scaling), None, and the
+# subnormal and huge scales that _divide brings into range by a power of two first.
 CPU_SCALES = {
     "0.3/2^-5": (Scale("float", 0.30000001192092896), Scale("tensor0d", 2.0**-5)),
     "1e-30/none": (Scale("tensor1", 1e-30), Scale("none")),
+    "1e-40/3e38": (Scale("float", 1e-40), Scale("tensor1", 3e38)),
 }
 # CUDA: the full product, every value under every scale kind, k and v alike.
-# 2**-64 and 2**126 bound the scales whose x / s skips IEEE division (kernel/triton_kernel.py _divide);
-# 1e-40 (subnormal), 2**-100 and 3e38 take the IEEE division instead.
+# 2**-64 and 2**126 bound the scales that _divide (kernel/triton_kernel.py) takes as they are;
+# 1e-40 (subnormal), 2**-100, 1e-30 and 3e38 are first scaled into that range by 2**±100.
 CUDA_VALUES = tuple(f32(v) for v in (1.0, 2.0**-8, 2.0**-5, 0.5, 2.0, 16.0, 0.3, 0.7, 0.0123, 2.0**-64, 2.0**126,
                                      2.0**-100, 1e-30, 1e30, 1e-40, 3e38))
 CUDA_SCALES = [Scale("none")] + [Scale(kind, v) for v in CUDA_VALUES for kind in ("float", "tensor0d", "tensor1")]

@@ -8,6 +8,8 @@ in the kernel).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 
@@ -22,40 +24,85 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def choose_tile(num_tokens: int, heads: int, dim: int) -> tuple[int, int, int, int]:
-    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): a pure function of the sizes, from a few buckets.
+Strides3 = tuple[int, int, int]
+Strides4 = tuple[int, int, int, int]
 
-    Compiled (tiles from sweeps on the H200, 2026-12-02, docs/results/README.md):
-    - BLOCK_D is D's next power of two (16 to 128), masked: 16-wide blocks that divide D = 80
-      measured 17% of the copy roofline at T = 32768, against 62% for one 128-wide masked block;
-    - decode (T <= 64) takes 1024-element tiles (4 warps, 8 elements a thread): the call is
-      latency-bound, and more, smaller programs start sooner (2.5-3.0 us against 2.8-3.2 us for 2048);
-    - prefill takes 4096-element tiles on both encoders: with recipe-specialized code that was
-      the best of 2048-16384 elements and 2-8 warps over the six recipes (94-96% of the copy roofline
-      at 8x128 on the hardware encoder; 8192 lost up to 8 points on the division recipes).
+
+@dataclass(frozen=True)
+class Geometry:
+    """The sizes and element strides the kernel sees: (token, head, dim) for K and V,
+    (page, offset, head, dim) for the caches."""
+
+    heads: int
+    dim: int
+    k: Strides3
+    v: Strides3
+    k_cache: Strides4
+    v_cache: Strides4
+
+
+def geometry(plan: Plan) -> Geometry:
+    """The plan's layout, with [H, D] folded into one axis of H*D elements where that is exact.
+
+    Where all four tensors store a token's heads back to back (head stride = D x dim stride), element
+    (h, d) sits at (h*D + d) x dim stride, so the kernel may see one head of H*D elements. Tiles then
+    follow whole rows: no masked lanes at D = 80 (8x80 = 5 x 128), and one program a 1024-element
+    row at 4x256, as at 8x128 (on the H200, 4x256 ran 2 points below 8x128 as two 512-element halves).
+    """
+    kc = Plan.cache_strides(plan.k_cache, plan.page_size)
+    vc = Plan.cache_strides(plan.v_cache, plan.page_size)
+    k, v = tuple(plan.k.stride()), tuple(plan.v.stride())
+    heads, dim = plan.num_heads, plan.head_dim
+    if all(s_h == dim * s_d for s_h, s_d in ((k[1], k[2]), (v[1], v[2]), (kc[2], kc[3]), (vc[2], vc[3]))):
+        return Geometry(1, heads * dim, (k[0], 0, k[2]), (v[0], 0, v[2]),
+                        (kc[0], kc[1], 0, kc[3]), (vc[0], vc[1], 0, vc[3]))
+    return Geometry(heads, dim, k, v, kc, vc)  # type: ignore[arg-type]
+
+
+def choose_tile(num_tokens: int, heads: int, dim: int, software: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for the kernel's (possibly folded) heads and dim.
+
+    Compiled, 4 warps, tile sizes from sweeps on the H200 (docs/results/tile-sweep-*.csv):
+    - decode is latency-bound, and more, smaller programs start sooner: 512 elements up to T = 8
+      (2.52-2.79 us against 2.61-2.82 for 1024), 1024 up to T = 64 (2.95 us at 8x128 against 3.00);
+    - prefill: 2048 elements on the hardware encoder (96.1-97.1% of the copy roofline at 8x128,
+      T = 32768, for every recipe but the two that divide and round twice, 93.4-93.9%; 4096 gave
+      90.3-96.4%), 4096 on the ALU-bound software encoder (54.4-79.6%, 1-2 points above 2048).
     Interpreted: each program costs tens of milliseconds, so tiles are larger, but still small
     enough that CI's cases span several programs on every axis (T > 8, H > 4 or D > 128).
     """
     if interpreted():
         return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), \
             min(_pow2_at_least(dim), 128), 1
-    return tile_for(heads, dim, 1024 if num_tokens <= 64 else 4096)
+    if num_tokens <= 64:
+        elements = 512 if num_tokens <= 8 else 1024
+    else:
+        elements = 4096 if software else 2048
+    return tile_for(heads, dim, elements)
 
 
 def tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[int, int, int, int]:
-    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for a compiled tile of about `elements` elements:
-    BLOCK_D is D's next power of two (16 to 128), up to 1024 // BLOCK_D heads, then whole tokens."""
-    block_d = min(max(_pow2_at_least(dim), 16), 128)
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for a compiled tile of about `elements` elements.
+
+    BLOCK_D is the largest power of two dividing D when that is at least 64, so no lane is masked
+    (16-wide blocks that divide D = 80 measured 17% of the copy roofline at T = 32768 on the H200,
+    too little work a program); otherwise D's next power of two, masked. At most 512, and at most
+    half the tile: Triton 3.6's coalescing pass fails to compile a [1, 1, N] tile whose row pointers
+    carry the alignment hint (PassManager::run failed on the H200), so a tile always spans at least
+    two tokens or heads. Then up to 1024 // BLOCK_D heads, then whole tokens.
+    """
+    whole = dim & -dim
+    block_d = whole if whole >= 64 else max(_pow2_at_least(dim), 16)
+    block_d = min(block_d, 512, max(16, elements // 2))
     block_h = min(_pow2_at_least(heads), max(1, 1024 // block_d))
     return max(1, elements // (block_h * block_d)), block_h, block_d, warps
 
 
-def _vectorizable(plan: Plan, kc: tuple[int, ...], vc: tuple[int, ...]) -> bool:
+def _vectorizable(plan: Plan, g: Geometry) -> bool:
     """True when every row of K, V and both caches starts 16-byte aligned and dims are unit-stride:
     16-byte-aligned bases, row offsets that are multiples of 16 elements, D a multiple of 16."""
-    k, v = plan.k.stride(), plan.v.stride()
-    return (plan.head_dim % 16 == 0 and k[2] == v[2] == kc[3] == vc[3] == 1
-            and all(s % 16 == 0 for s in (*k[:2], *v[:2], *kc[:3], *vc[:3]))
+    return (g.dim % 16 == 0 and g.k[2] == g.v[2] == g.k_cache[3] == g.v_cache[3] == 1
+            and all(s % 16 == 0 for s in (*g.k[:2], *g.v[:2], *g.k_cache[:3], *g.v_cache[:3]))
             and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache)))
 
 
@@ -66,10 +113,10 @@ def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, flo
     return dummy, scale.value, 0
 
 
-def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int, int, int] | None = None) -> None:
+def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int] | None = None) -> None:
     """Run the kernel for a validated plan (nothing to do for T == 0).
 
-    `tile` (BLOCK_T, BLOCK_H, BLOCK_D, num_warps) replaces choose_tile's choice: for tuning sweeps.
+    `tile` (elements, num_warps) replaces choose_tile's choice on CUDA: for tuning sweeps.
     """
     if plan.num_tokens == 0:
         return
@@ -78,26 +125,24 @@ def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int, int,
                          f"TRITON_INTERPRET=1), got {plan.device}")
     software = resolve_encoder(encoder, plan.device) == "software"
     r = plan.recipe
-    block_t, block_h, block_d, warps = tile or choose_tile(plan.num_tokens, plan.num_heads, plan.head_dim)
-    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h),
-            triton.cdiv(plan.head_dim, block_d))
+    g = geometry(plan)
+    block_t, block_h, block_d, warps = (tile_for(g.heads, g.dim, *tile) if tile
+                                        else choose_tile(plan.num_tokens, g.heads, g.dim, software))
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(g.heads, block_h), triton.cdiv(g.dim, block_d))
     ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)
     vs_ptr, vs_value, vs_from_ptr = _scale_args(plan.v_scale, plan.cache_loc)
-    kc_strides = Plan.cache_strides(plan.k_cache, plan.page_size)
-    vc_strides = Plan.cache_strides(plan.v_cache, plan.page_size)
     # Caches go to the kernel as bytes: one compiled variant serves fp8 and uint8 storage.
     k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     v_bytes = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     fp8_kv_write[grid](
         plan.k, plan.v, k_bytes, v_bytes, plan.cache_loc, ks_ptr, vs_ptr,
         ks_value, vs_value, ks_from_ptr, vs_from_ptr,
-        plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots,
+        plan.num_tokens, g.heads, g.dim, plan.page_size, plan.num_slots,
         plan.cache_loc.stride(0),
-        *plan.k.stride(), *plan.v.stride(),
-        *kc_strides, *vc_strides,
+        *g.k, *g.v, *g.k_cache, *g.v_cache,
         MUL_RECIPROCAL=r.scale_op == "mul_reciprocal", SCALE_IN_INPUT=r.scale_dtype == "input",
         INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
-        SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, kc_strides, vc_strides),
+        SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, g),
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
     )
 

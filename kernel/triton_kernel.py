@@ -66,21 +66,30 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
     nearest-even at c's ulp, 2**(E-3), which is e4m3's quantum in that binade, subnormals included.
     The sum's bits minus c's bits are then |y| / quantum (8..16 for normals, 0..8 for subnormals),
     and the byte is (E + 6) * 8 plus that: a carry into the next binade falls out of the addition.
-    ROUND_BF16 first rounds |y| to bf16 (the unfused recipes' intermediate step), on the bits.
+    ROUND_BF16 first rounds |y| to bf16 (the unfused recipes' intermediate step) the same way.
+    The work is kept on the FMA pipe where it can be: on the H200 this encoder is ALU-bound, and
+    integer operations issue at half the rate of fp32 adds there.
     """
     b = y.to(tl.uint32, bitcast=True)
     a = b & 0x7FFFFFFF
-    is_nan = a > 0x7F800000  # decided first: the bf16 rounding may change a NaN's bits
-    if ROUND_BF16:
-        # RNE to bf16: add 0x7FFF plus the lowest kept bit, drop 16 bits. Subnormals need no special
-        # case (bf16 has fp32's exponent range); a carry out of the largest finite value gives inf.
-        a = (a + 0x7FFF + ((a >> 16) & 1)) & 0xFFFF0000
+    is_nan = a > 0x7F800000
     # Overflow: clamp the magnitude to 448 (saturate) or to 480, whose encoding is 0x7F (NaN);
-    # (464, 480) round up to 480 and 464 itself is a tie that goes to the even 448.
+    # (464, 480) round up to 480 and 464 itself is a tie that goes to the even 448. Both limits are
+    # bf16 values, so clamping before the bf16 rounding gives what clamping after it would.
     a = tl.minimum(a, 0x43E00000 if SATURATE else 0x43F00000)
-    binade = tl.maximum(a & 0x7F800000, 0x3C800000)  # 2**E as bits, E >= -6
+    exponent = a & 0x7F800000  # 2**E as bits
+    mag_f = a.to(tl.float32, bitcast=True)
+    if ROUND_BF16:
+        # RNE to bf16: adding c16 = 2**(E+16) rounds |y| at c16's ulp, 2**(E-7), bf16's quantum in
+        # binade E; subtracting it back is exact. (fp32 subnormals, E = 0 here, are rounded more
+        # finely than bf16 would, but they are far below e4m3's smallest subnormal either way.)
+        # A carry into binade E+1 needs no care: the e4m3 step below still uses E, and the carry
+        # falls out of its integer arithmetic as it does there.
+        c16 = (exponent + (16 << 23)).to(tl.float32, bitcast=True)
+        mag_f = (mag_f + c16) - c16
+    binade = tl.maximum(exponent, 0x3C800000)  # 2**E as bits, E >= -6
     c = binade + (20 << 23)
-    total = (a.to(tl.float32, bitcast=True) + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
+    total = (mag_f + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
     mag = total - c + (binade >> 20) - 968  # (E + 127) * 8 - 968 = (E + 6) * 8
     return tl.where(is_nan, 0x7F, mag | ((b >> 24) & 0x80)).to(tl.uint8)
 
@@ -115,30 +124,49 @@ def fma_probe(out_ptr):
 
 
 @triton.jit
-def _divide(x32, s, EXACT_FMA: tl.constexpr):
-    """x / s, correctly rounded like IEEE fp32 division, with no division per element.
+def _markstein(x32, s):
+    """x / s for 2**-64 <= s <= 2**126, without a division per element.
 
     Triton's IEEE division (`div.rn.f32`) is a multi-instruction sequence with a slow-path call per
     element, which made the divide recipes ALU-bound (55% of the copy roofline on the H200).
     Instead, Markstein's correction of q0 = x * RN(1/s): the residual x - q0 * s is exact in one
     FMA, and RN(q0 + residual * RN(1/s)) is the correctly rounded quotient (Markstein's theorem,
     Handbook of Floating-Point Arithmetic, 2nd ed., Theorem 4.10) wherever nothing underflows.
-    For 2**-64 <= s <= 2**126 that holds for every quotient from 2**-36 upwards, far below the
-    2**-10 under which every e4m3 byte is ±0; smaller quotients keep their sign. The residual is
-    ±inf or NaN only when q0 is ±inf or NaN, which is then the answer. The sign is x's, set last:
-    Triton compiles `-v` as `0 - v` (which turns -0 into +0), so zero results cannot carry it.
-    Scales outside that range, and Triton interpreters whose fma rounds twice (EXACT_FMA false,
-    see kernel.backend.fma_is_exact), take IEEE division.
-    Checked: numpy with an exact FMA against IEEE division (bf16, fp16 and random fp32 inputs,
-    thousands of scales), and through this kernel by conformance/test_exhaustive.py and tools.sweep_fp32.
+    For s in this range that holds for every quotient from 2**-36 upwards, far below the 2**-10
+    under which every e4m3 byte is ±0. The residual is ±inf or NaN only when q0 is ±inf or NaN,
+    which is then the answer.
+    Signs: negations are written `v * -1.0`, an exact sign flip that ptxas folds into the FMA's
+    operand. Triton compiles `-v` as `0 - v`, which costs an add and turns -0 into +0. With true
+    negations the signs come out right by themselves: x = ±0 gives q0 = ±0, residual = +0, and
+    q0 + (-0) * r = q0; a nonzero x gives a nonzero exact value, whose rounding keeps its sign.
     """
-    if EXACT_FMA and (s >= 2.0**-64) & (s <= 2.0**126):
-        r = tl.math.div_rn(1.0, s)
-        q0 = x32 * r
-        residual = tl.fma(q0, s, -x32)
-        q = tl.where(tl.abs(residual) < float("inf"), tl.fma(-residual, r, q0), q0)
-        sign = x32.to(tl.uint32, bitcast=True) & 0x80000000  # s > 0: x / s has x's sign, zeros included
-        q = ((q.to(tl.uint32, bitcast=True) & 0x7FFFFFFF) | sign).to(tl.float32, bitcast=True)
+    r = tl.math.div_rn(1.0, s)  # once a program: s is uniform
+    q0 = x32 * r
+    residual = tl.fma(q0, s, x32 * -1.0)
+    return tl.where(tl.abs(residual) < float("inf"), tl.fma(residual * -1.0, r, q0), q0)
+
+
+@triton.jit
+def _divide(x32, s, EXACT_FMA: tl.constexpr):
+    """x / s, correctly rounded like IEEE fp32 division wherever a byte can depend on it.
+
+    Scales outside [2**-64, 2**126] (subnormal scales included) are first brought into it: x and s
+    are both multiplied by k = 2**100 or 2**-100, which leaves the quotient's value unchanged and is
+    exact unless x * k leaves fp32's range; then the quotient is at least 2**92 (it saturates, as an
+    overflow to ±inf does) or below 2**-126 (±0 in e4m3, and the sign survives the scaling). Both
+    branches are the same few instructions, so the rare one costs no registers in the common one
+    (an IEEE-division fallback there raised the divide recipes from 80 to 108 registers a thread).
+    Triton interpreters whose fma rounds twice (EXACT_FMA false, kernel.backend.fma_is_exact) take
+    IEEE division. Checked: numpy with an exact FMA against IEEE division (bf16, fp16 and random fp32
+    inputs, thousands of scales), and through this kernel by conformance/test_exhaustive.py (tiny,
+    subnormal and huge scales) and tools.sweep_fp32.
+    """
+    if EXACT_FMA:
+        if (s >= 2.0**-64) & (s <= 2.0**126):
+            q = _markstein(x32, s)
+        else:
+            k = tl.where(s < 1.0, 2.0**100, 2.0**-100)
+            q = _markstein(x32 * k, s * k)
     else:
         q = tl.math.div_rn(x32, s + tl.zeros_like(x32))
     return q
@@ -200,6 +228,11 @@ def fp8_kv_write(
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)  # offsets are 64-bit safe
 
+    d_ok = d < D
+    if VEC:
+        d_ok = tl.max_constancy(d_ok, 16)  # D % 16 == 0, so the mask is constant per 16 dims
+    inside = (t < T)[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
+
     # Padding (negative) and out-of-range slots write nothing, whatever cache_loc holds.
     loc = tl.load(loc_ptr + t64 * loc_stride, mask=t < T, other=-1).to(tl.int64)
     writes = (t < T) & (loc >= 0) & (loc < num_slots)
@@ -207,19 +240,17 @@ def fp8_kv_write(
     offset = loc - page * page_size
     k_slot_rows = page * kc_sp + offset * kc_so
     v_slot_rows = page * vc_sp + offset * vc_so
-
-    d_ok = d < D
-    if VEC:
-        d_ok = tl.max_constancy(d_ok, 16)  # D % 16 == 0, so the mask is constant per 16 dims
-    mask = writes[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
+    mask = inside & writes[:, None, None]
 
     ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, k_ptr.dtype.element_ty, SCALE_IN_INPUT, SOFTWARE)
     vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, k_ptr.dtype.element_ty, SCALE_IN_INPUT, SOFTWARE)
 
-    # Both loads are issued before any store: the stores may alias the inputs as far as the
+    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the
+    # reads need not wait for cache_loc: masked by `writes`, a decode call was two dependent DRAM
+    # round trips. Both are issued before any store: the stores may alias the inputs as far as the
     # compiler knows, so this order is what keeps K's and V's reads in flight together.
-    xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=mask, other=0.0)
-    xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=mask, other=0.0)
+    xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
+    xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
     bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA)
     tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
     bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA)

@@ -1,14 +1,15 @@
 """Tile sweep: how `kernel.fused.choose_tile`'s buckets were chosen, re-runnable on any CUDA GPU.
 
-    python -m tools.tile_sweep [--tiles 2048x4,4096x4,8192x4,8192x8] [--decode-tiles 512x4,1024x4,2048x4]
+    python -m tools.tile_sweep [--tiles 2048x4,4096x4] [--shapes 8x128,8x80] [--encoders hardware]
+                               [--decode-tiles 512x4,1024x4,2048x4] [--decode-shapes 8x128,32x128]
 
 For each (tile elements x warps) it times the fused call through `kernel.fused.launch(tile=...)`,
 graph-replayed like `make bench` (10 calls in one CUDA graph, do_bench median, bf16, scale 0.7,
 random slots), as % of a device-to-device copy of the same bytes, and checks the bytes against the
 reference once per configuration:
-- prefill: T = 32768, 8x128, every recipe, both encoders;
-- decode: T = 1, 8, 64 at 8x128, recipe unfused, hardware encoder, beside two floors (an empty
-  Triton kernel and a Triton copy of the same bytes, graph-replayed).
+- prefill: T = 32768, each of --shapes (H x D), every recipe, each of --encoders;
+- decode: T = 1, 8, 64 at each of --decode-shapes, recipe unfused, hardware encoder, beside two
+  floors (an empty Triton kernel and a Triton copy of the same bytes, graph-replayed).
 Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The 2026-12-02 H200 run that chose the
 current buckets is docs/results/tile-sweep-2026-12-02.csv.
 """
@@ -30,7 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.tile_sweep", description=__doc__.splitlines()[0])
     p.add_argument("--tiles", type=_pairs, default=_pairs("2048x4,4096x4,8192x4,8192x8,4096x8"),
                    help="prefill tiles as ELEMENTSxWARPS")
+    p.add_argument("--shapes", type=_pairs, default=_pairs("8x128"), help="prefill shapes as HxD")
+    p.add_argument("--encoders", default="hardware,software")
     p.add_argument("--decode-tiles", type=_pairs, default=_pairs("512x4,1024x4,1024x2,2048x4,2048x8"))
+    p.add_argument("--decode-shapes", type=_pairs, default=_pairs("8x128"), help="decode shapes as HxD")
     p.add_argument("--rep-ms", type=float, default=20.0)
     args = p.parse_args(argv)
 
@@ -42,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton.language as tl
 
     import kernel
-    from kernel.fused import launch, tile_for
+    from kernel.fused import launch
     from kernel.plan import make_plan
 
     dev = torch.device("cuda")
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure(phase: str, t: int, h: int, d: int, recipe: str, encoder: str, elements: int, warps: int,
                 sets: list[dict]) -> None:
-        tile = tile_for(h, d, elements, warps)
+        tile = (elements, warps)
         plans = [plan(s, recipe) for s in sets]
         us = graph_us(lambda i: launch(plans[i], encoder, tile=tile), len(sets))
         ok = exact(sets[0], recipe, encoder, tile)
@@ -89,12 +93,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * c / us:6.1f}%  exact={ok}", flush=True)
 
     print(f"tile sweep on {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    t, h, d = 32768, 8, 128
-    sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)))
-    for encoder in ("hardware", "software"):
-        for elements, warps in args.tiles:
-            for recipe in kernel.RECIPES:
-                measure("prefill", t, h, d, recipe, encoder, elements, warps, sets)
+    t = 32768
+    for h, d in args.shapes:
+        sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)))
+        for encoder in args.encoders.split(","):
+            for elements, warps in args.tiles:
+                for recipe in kernel.RECIPES:
+                    measure("prefill", t, h, d, recipe, encoder, elements, warps, sets)
+        del sets
 
     @triton.jit
     def _nop(x):
@@ -107,15 +113,16 @@ def main(argv: list[str] | None = None) -> int:
 
     x = torch.zeros(16, device=dev)
     print(f"floor: an empty Triton kernel, graph-replayed: {graph_us(lambda i: _nop[(1,)](x), 1):.2f} us")
-    for t in (1, 8, 64):
-        n = bytes_moved(t, 8, 128) // 2
+    for (h, d), t in ((shape, t) for shape in args.decode_shapes for t in (1, 8, 64)):
+        n = bytes_moved(t, h, d) // 2
         src, dst = torch.empty(n, dtype=torch.uint8, device=dev), torch.empty(n, dtype=torch.uint8, device=dev)
         grid = (triton.cdiv(n, 2048),)
         triton_copy = graph_us(lambda i, n=n, src=src, dst=dst, grid=grid: _copy[grid](src, dst, n, BLOCK=2048), 1)
-        print(f"floor: T={t} a Triton copy of the same bytes {triton_copy:.2f} us, torch copy_ {copy_us(2 * n):.2f} us")
-        sets = buffer_sets(t, 8, 128, 10)
+        print(f"floor: T={t} {h}x{d} a Triton copy of the same bytes {triton_copy:.2f} us, "
+              f"torch copy_ {copy_us(2 * n):.2f} us")
+        sets = buffer_sets(t, h, d, 10)
         for elements, warps in args.decode_tiles:
-            measure("decode", t, 8, 128, "unfused", "hardware", elements, warps, sets)
+            measure("decode", t, h, d, "unfused", "hardware", elements, warps, sets)
 
     path = output_dir() / "tile_sweep.csv"
     with path.open("w", newline="") as f:

@@ -1,0 +1,40 @@
+"""A fused call to profile: `ncu --kernel-name fp8_kv_write --launch-skip 1 python -m tools.ncu_target ...`.
+
+    python -m tools.ncu_target [--recipe unfused] [--encoder hardware] [--tokens 32768] [--heads-dims 8x128]
+
+Builds one buffer set like `make bench` (bf16 input, scale 0.7, random slots) and calls the fused
+write twice: the first call compiles, the second is the one to profile. CUDA only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.ncu_target", description=__doc__.splitlines()[0])
+    p.add_argument("--recipe", default="unfused")
+    p.add_argument("--encoder", default="hardware", choices=("hardware", "software"))
+    p.add_argument("--tokens", type=int, default=32768)
+    p.add_argument("--heads-dims", default="8x128")
+    args = p.parse_args(argv)
+
+    import torch
+    if not torch.cuda.is_available():
+        print("tools.ncu_target needs a CUDA GPU; none found here.", file=sys.stderr)
+        return 2
+    import kernel
+    from tools.bench import PAGE_SIZE, buffer_sets
+
+    h, d = (int(n) for n in args.heads_dims.split("x"))
+    s = buffer_sets(args.tokens, h, d, 1)[0]
+    for _ in range(2):
+        kernel.fused_fp8_set_kv_buffer(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"],
+                                       s["v_scale"], PAGE_SIZE, recipe=args.recipe, encoder=args.encoder)
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
