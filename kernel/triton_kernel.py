@@ -1,18 +1,18 @@
 """The fused Triton kernel: load K/V, scale, round, encode to e4m3, store to the cache slot.
 
 One program handles a [BLOCK_T tokens, BLOCK_H heads, BLOCK_D dims] tile of K and the same tile of
-V, so cache_loc is read once for both. Sizes and strides are runtime arguments. The recipe's four
-switches are constexprs: each recipe compiles to straight-line code holding only its own steps.
-(Runtime switches kept every recipe's code, and its registers, in one kernel: on the H200, `unfused`
-at 8x128, T = 32768 ran at 79-87% of the copy roofline with 128-182 registers a thread, and at 94%
-specialized.) Pointer alignment
-is not specialized (each of 7 pointers would double the variants); VEC says, after the wrapper has
+V, so cache_loc is read once for both. Sizes and strides are runtime arguments (the wrapper may fold
+[H, D] into one row, kernel.fused.geometry). The recipe's four switches are constexprs: each recipe
+compiles to straight-line code holding only its own steps. (Runtime switches kept every recipe's
+code, and its registers, in one kernel: on the H200, `unfused` at 8x128, T = 32768 ran at 79-87% of
+the copy roofline with 128-182 registers a thread, and at 94% specialized.) Pointer alignment is
+not specialized (each of 7 pointers would double the variants); VEC says, after the wrapper has
 checked, that every row starts 16-byte aligned, which is what 16-byte loads and stores need.
 
 Two interchangeable e4m3 encoders, chosen by the SOFTWARE constexpr:
 - hardware: Triton's cast, `cvt.rn.satfinite.e4m3` on sm_89+ (RNE, ±448 saturation, NaN -> 0x7F),
   with an explicit fix-up for the recipes whose overflow is NaN;
-- software: exact integer bit operations and one fp32 add. Triton's interpreter rounds float
+- software: exact integer bit operations and fp32 adds. Triton's interpreter rounds float
   downcasts wrongly (triton-lang/triton#8322), and GPUs below sm_89 have no fp8 cast, so this path
   is the one used there; it is forced on the H200 to test it.
 """
