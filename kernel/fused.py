@@ -59,7 +59,7 @@ def geometry(plan: Plan) -> Geometry:
     return Geometry(heads, dim, k, v, kc, vc)  # type: ignore[arg-type]
 
 
-def choose_tile(num_tokens: int, heads: int, dim: int, software: bool = False) -> tuple[int, int, int, int]:
+def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for the kernel's (possibly folded) heads and dim.
 
     Compiled, 4 warps, tile sizes from sweeps on the H200 (docs/results/tile-sweep-*.csv):

@@ -186,7 +186,7 @@ def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SA
     else:
         y = _divide(x32, s, EXACT_FMA)
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
-        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE)  # rounds to bf16 on the bits, in the encoder
+        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE)  # the encoder rounds to bf16 itself, with fp32 adds
     else:
         if INTERMEDIATE:
             y = _round_input(y, IN_DTYPE, SOFTWARE)
