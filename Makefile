@@ -1,7 +1,12 @@
 # Two commands for a newcomer: `make install`, then `make test`.
 # On a CUDA runner with torch/triton/hypothesis/pytest/xdist preinstalled, `make test` needs no install.
 
-PYTHON ?= python3
+# `make install` makes a project virtual environment (.venv): Debian 12+, Ubuntu 23.04+ and Homebrew
+# Pythons refuse a system-wide `pip install` (PEP 668). `make test` uses .venv when it exists, else
+# python3 (a CUDA runner with the packages preinstalled needs no install).
+VENV   ?= .venv
+BOOTSTRAP_PYTHON ?= python3
+PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 PYTEST ?= $(PYTHON) -m pytest
 JOBS   ?= auto
 # torch 2.13.0 is pinned for the CPU-only install: pip finds a local CPU build of it; a bare
@@ -11,7 +16,12 @@ TORCH_CPU ?= torch==2.13.0
 .PHONY: install test lint throughput repro identify mutants sanitize bigcache sweep-fp32 bench
 
 install:
-	$(PYTHON) -m pip install "$(TORCH_CPU)" -e ".[dev]"
+	@$(BOOTSTRAP_PYTHON) -m venv $(VENV) || { \
+	  echo "make install: '$(BOOTSTRAP_PYTHON) -m venv' failed. Install the venv module (Debian/Ubuntu:" \
+	       "apt install python3-venv; Fedora: it is part of python3), or point BOOTSTRAP_PYTHON at a" \
+	       "Python that has it, then run make install again." >&2; exit 1; }
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install "$(TORCH_CPU)" -e ".[dev]"
 
 test:
 	$(PYTEST) -n $(JOBS) -q $(PYTEST_ARGS)

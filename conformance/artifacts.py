@@ -82,12 +82,12 @@ def replay_command(path: Path | str) -> str:
     return f"python -m tools.repro {path}"
 
 
-def save_failure(case: Case, impl: Implementation, report: str) -> str:
+def save_failure(case: Case, impl: Implementation, report: str, final: bool = False) -> str:
     """Write the failure file and return the lines to print: its path and the replay command.
 
-    Returns '' for the intermediate examples Hypothesis tries while shrinking.
+    Returns '' for the intermediate examples Hypothesis tries while shrinking (unless `final`).
     """
-    if not _is_final_example():
+    if not (final or _is_final_example()):
         return ""
     test = current_test()
     path = failure_path(case, impl, test)
@@ -95,7 +95,8 @@ def save_failure(case: Case, impl: Implementation, report: str) -> str:
     record = {
         "format": FORMAT,
         "case": case.to_dict(),
-        "impl": {"name": impl.name, "spec": impl.spec or impl.name, "kwargs": impl.kwargs},
+        "impl": {"name": impl.name, "spec": impl.spec or impl.name, "kwargs": impl.kwargs,
+                 "convention": impl.convention.name},
         "test": test,
         "environment": environment(),
         "report": report,

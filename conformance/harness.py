@@ -1,15 +1,20 @@
 """Run one Case through an implementation and the reference, and compare the whole caches.
 
-`check_case` is what every bit-exact property calls. On a failure it raises AssertionError with
-the byte-diff report; an implementation that raises or crashes on a valid Case is a failure of
-that Case, with its error, not an abort of the run.
+`check_case` is what every bit-exact property calls; `fail` is the one way a property fails with a
+report (raised once, so pytest prints it once). An implementation that raises on a valid Case fails
+that Case with its error, not the run. One that loses the CUDA context (an illegal memory access)
+cannot be run again in this process: its case is saved, and the xdist worker exits so that a fresh
+one takes the remaining tests (outside xdist the session stops, saying why).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 import traceback
 
+import pytest
 import torch
 
 from conformance import stats
@@ -20,11 +25,64 @@ from strategies.build import Built, build
 from strategies.case import Case
 
 
+class ConformanceFailure(AssertionError):
+    """The implementation broke the contract; the message is the whole report."""
+
+
+def fail(impl: Implementation, what: str, report: str, case: Case | None = None) -> None:
+    """Raise the failure report of `impl` (saving the Case as a failure file when given)."""
+    __tracebackhide__ = True  # the report says what failed; the suite's own frame adds nothing
+    if case is not None:
+        from conformance.artifacts import save_failure
+        saved = save_failure(case, impl, report)
+        report = f"{report}\n{saved}".rstrip()
+    raise ConformanceFailure(f"{impl.name}: {what}\n{report}")
+
+
 def run_reference(case: Case, device: torch.device, built: Built | None = None) -> Built:
     """The reference on the Case's tensors (`built`, or a fresh build); returns them."""
     expected = built or build(case, device)
-    naive_fp8_set_kv_buffer(*expected.args(), **expected.kwargs())
+    naive_fp8_set_kv_buffer(**expected.call())
     return expected
+
+
+def cuda_context_lost(device: torch.device) -> bool:
+    """True when the device's CUDA context is broken (a sticky error such as an illegal address)."""
+    if device.type != "cuda":
+        return False
+    try:
+        torch.cuda.synchronize(device)
+        return False
+    except RuntimeError:
+        return True
+
+
+def _abandon(case: Case, impl: Implementation, error: str) -> None:
+    """The implementation crashed the CUDA context: save the Case, then end this process's run."""
+    from conformance.artifacts import save_failure
+    saved = save_failure(case, impl, error, final=True)
+    message = f"{impl.name} crashed the CUDA context; no later test can run in this process.\n{error}\n{saved}"
+    print(message, file=sys.stderr, flush=True)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os._exit(70)  # xdist reports this test as crashed and starts a fresh worker for the rest
+    pytest.exit(message, returncode=1)
+
+
+def describe_error(impl: Implementation, exc: BaseException) -> str:
+    return f"{impl.name} raised {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-3:])
+
+
+def execute(impl: Implementation, built: Built) -> None:
+    """Call impl on built's tensors and wait for the device: the one way every property calls it.
+
+    Its exceptions propagate, except a lost CUDA context, which ends this process's run (_abandon).
+    """
+    try:
+        impl.run(built)
+    except Exception as exc:
+        if cuda_context_lost(built.k.device):
+            _abandon(built.case, impl, describe_error(impl, exc))
+        raise
 
 
 def run_impl(case: Case, impl: Implementation, device: torch.device,
@@ -32,12 +90,9 @@ def run_impl(case: Case, impl: Implementation, device: torch.device,
     """Run impl on the Case's tensors (`built`, or a fresh build); returns them and the error, if any."""
     actual = built or build(case, device)
     try:
-        impl(*actual.args(), **actual.kwargs())
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        execute(impl, actual)
     except Exception as exc:  # the implementation's failure is this case's failure
-        return actual, f"{impl.name} raised {type(exc).__name__}: {exc}\n" + \
-            "".join(traceback.format_exception(exc)[-3:])
+        return actual, describe_error(impl, exc)
     return actual, None
 
 
@@ -53,12 +108,9 @@ def mismatch_report(case: Case, impl: Implementation, device: torch.device) -> s
 
 
 def check_case(case: Case, impl: Implementation, device: torch.device) -> None:
-    """Assert bit-exactness of impl against the reference on one Case."""
+    """Fail unless impl's bytes equal the reference's on one Case."""
     started = time.perf_counter()
     report = mismatch_report(case, impl, device)
     stats.record(time.perf_counter() - started)
     if report:
-        from conformance.artifacts import save_failure
-        path = save_failure(case, impl, report)
-        raise AssertionError(f"{impl.name} differs from the reference (recipe {case.recipe}):\n"
-                             f"{report}\n{path}")
+        fail(impl, f"differs from the reference (recipe {case.recipe}):", report, case)

@@ -1,10 +1,10 @@
 """The implementations under test: the fused kernel on each encoder the machine has, or one given
 with --impl / $KVFP8_IMPL (a `module:function` or `path/to/file.py:function`, the file anywhere on
-disk, with the same signature as kernel.fused_fp8_set_kv_buffer).
+disk), called in its own convention (conformance.conventions).
 
-An Implementation records how it was loaded (`spec`) and its fixed keyword arguments (`kwargs`,
-e.g. the fused kernel's encoder), so that a failure file names exactly what failed and
-`tools.repro` can load the same callable again on another machine.
+An Implementation records how it was loaded (`spec`), its fixed keyword arguments (`kwargs`, e.g. the
+fused kernel's encoder), its convention and the recipe it is held to, so that a failure file names
+exactly what failed and `tools.repro` can load and call the same callable again on another machine.
 """
 
 from __future__ import annotations
@@ -18,32 +18,81 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import torch
+from hypothesis import strategies as st
 
 import kernel
+from conformance.conventions import KVFP8, Convention, detect
 from kernel.backend import hardware_cast_available, interpreted
+from strategies import cases
+from strategies.build import Built
+from strategies.case import Case
 
 IMPL_ENV = "KVFP8_IMPL"
 FUSED_SPEC = "kernel:fused_fp8_set_kv_buffer"
 ENCODERS = ("hardware", "software")
 
 
+class Inexpressible(pytest.skip.Exception):
+    """A Case the implementation's convention cannot express: a skip with the reason, never a failure.
+
+    It is pytest's skip outcome, so Hypothesis passes it straight through instead of shrinking it.
+    """
+
+
 @dataclass(frozen=True)
 class Implementation:
-    """A callable with fused_fp8_set_kv_buffer's signature, plus fixed keyword arguments."""
+    """A callable, its convention, its fixed keyword arguments and the recipe it is held to."""
 
     name: str
     fn: Callable[..., object]
     kwargs: dict = field(default_factory=dict)
     spec: str = ""  # how to load fn again: "module:function" or "/abs/path/file.py:function"
-
-    def __call__(self, *args, **kwargs) -> None:
-        self.fn(*args, **kwargs, **self.kwargs)
+    convention: Convention = KVFP8
+    recipe: str | None = None  # the recipe it is held to; None: every recipe, told by `recipe=` (kvfp8)
+    recipe_note: str = ""  # how that recipe was chosen (identified, closest, given), for headers and reports
 
     @property
     def encoder(self) -> str | None:
         """The fused kernel's e4m3 encoder, when this is the fused kernel with one fixed."""
         return self.kwargs.get("encoder")
+
+    @property
+    def is_ours(self) -> bool:
+        """This repository's fused kernel (held to the project's own stricter argument contract too)."""
+        return self.fn is kernel.fused_fp8_set_kv_buffer
+
+    def invoke(self, call: dict[str, object]) -> None:
+        """Call the implementation with `call` (this project's argument names), as its convention says."""
+        self.convention.invoke(self.fn, call, self.kwargs)
+
+    def run(self, built: Built) -> None:
+        """Call the implementation on a built Case and wait for the device; raises Inexpressible first
+        when its convention cannot express the Case."""
+        reason = self.convention.why_not(built.case)
+        if reason:
+            raise Inexpressible(reason)
+        self.invoke(built.call())
+        if built.k.device.type == "cuda":
+            torch.cuda.synchronize(built.k.device)
+
+    def fit(self, case: Case) -> Case:
+        """A fixed Case made expressible (scale kinds) and held to this implementation's recipe."""
+        case = self.convention.fit(case)
+        return case.replace(recipe=self.recipe) if self.recipe else case
+
+    def cases(self, **space: object) -> st.SearchStrategy[Case]:
+        """strategies.cases(**space), narrowed to what the convention expresses and the recipe held.
+
+        Raises Inexpressible when nothing asked for is expressible in the convention.
+        """
+        if self.recipe:
+            space["recipes"] = (self.recipe,)
+        try:
+            return cases(**self.convention.narrow(**space))
+        except LookupError as exc:
+            raise Inexpressible(str(exc)) from exc
 
 
 def _split(spec: str) -> tuple[str, str]:
@@ -110,17 +159,25 @@ def default_implementations() -> list[Implementation]:
     return [fused("software")]
 
 
-def from_spec(spec: str, kwargs: dict | None = None) -> Implementation:
-    """An Implementation loaded from a spec; the fused kernel's spec keeps its usual name."""
+def from_spec(spec: str, kwargs: dict | None = None, convention: Convention | None = None) -> Implementation:
+    """An Implementation loaded from a spec, in the convention its signature declares (or the one given).
+
+    The fused kernel's spec keeps its usual name. Raises ValueError when the convention cannot be told.
+    """
     kwargs = dict(kwargs or {})
     if spec == FUSED_SPEC and set(kwargs) == {"encoder"} and kwargs["encoder"] in ENCODERS:
         return fused(kwargs["encoder"])
-    return Implementation(spec, load_callable(spec), kwargs, resolve_spec(spec))
+    fn = load_callable(spec)
+    convention = convention or detect(fn)
+    if kwargs and convention is not KVFP8:
+        raise ValueError(f"--impl {spec!r}: fixed keywords {sorted(kwargs)} are for the kvfp8 convention, "
+                         f"not {convention.name}")
+    return Implementation(spec, fn, kwargs, resolve_spec(spec), convention)
 
 
-def selected_implementations(spec: str | None) -> list[Implementation]:
+def selected_implementations(spec: str | None, convention: Convention | None = None) -> list[Implementation]:
     """--impl (or $KVFP8_IMPL) if given, else the fused kernel on each encoder available."""
     spec = spec or os.environ.get(IMPL_ENV)
     if spec:
-        return [from_spec(spec)]
+        return [from_spec(spec, convention=convention)]
     return default_implementations()

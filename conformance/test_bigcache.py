@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conformance.bytediff import diff_buffers
-from conformance.harness import run_reference
+from conformance.harness import execute, fail, run_reference
 from strategies.build import POISON_BITS, build
 from strategies.case import Case, Layout
 
@@ -47,38 +47,38 @@ def _big_case(cache_dtype: str, loc_dtype: str, cache_rank: int, recipe: str) ->
     )
 
 
-def _assert_equal_buffers(expected, actual, names=("k_cache", "v_cache")) -> None:
+def _assert_equal_buffers(impl, expected, actual, names=("k_cache", "v_cache")) -> None:
     """Whole-buffer equality on the GPU; on a mismatch, the byte-diff report of the first bytes."""
     reports = []
     for name in names:
         e, a = expected.buffers[name], actual.buffers[name]
         if not torch.equal(e, a):
             reports.append(diff_buffers(actual, name, e, a) or f"{name}: torch.equal is False")
-    assert not reports, "\n".join(reports)
+    if reports:
+        fail(impl, f"differs from the reference on a cache of {actual.case.num_slots * SLOT_BYTES:,} bytes "
+                   f"(recipe {actual.case.recipe}):", "\n".join(reports))
 
 
 @pytest.mark.parametrize("cache_dtype", ["float8_e4m3fn", "uint8"])
 @pytest.mark.parametrize("loc_dtype", ["int32", "int64"])
 def test_cache_past_2_31_bytes(impl, device, cache_dtype, loc_dtype):
     _need_free(10)  # two pairs of caches (reference and implementation), 2.1 GiB each
-    case = _big_case(cache_dtype, loc_dtype, 4, "unfused")
+    case = impl.fit(_big_case(cache_dtype, loc_dtype, 4, "unfused"))
     assert case.num_slots * SLOT_BYTES > 2**31
     expected = run_reference(case, device)
     actual = build(case, device)
-    impl(*actual.args(), **actual.kwargs())
-    torch.cuda.synchronize()
-    _assert_equal_buffers(expected, actual)
+    execute(impl, actual)
+    _assert_equal_buffers(impl, expected, actual)
 
 
 def test_flat_cache_past_2_31_bytes(impl, device):
     """A 3-D [S, H, D] cache: the slot stride times a slot index past 2**21 overflows 32 bits."""
     _need_free(10)
-    case = _big_case("float8_e4m3fn", "int32", 3, "single")
+    case = impl.fit(_big_case("float8_e4m3fn", "int32", 3, "single"))
     expected = run_reference(case, device)
     actual = build(case, device)
-    impl(*actual.args(), **actual.kwargs())
-    torch.cuda.synchronize()
-    _assert_equal_buffers(expected, actual)
+    execute(impl, actual)
+    _assert_equal_buffers(impl, expected, actual)
 
 
 def test_input_rows_past_2_31_elements(impl, device):
@@ -89,8 +89,8 @@ def test_input_rows_past_2_31_elements(impl, device):
     """
     _need_free(6)
     stride = 2**30 + 64
-    case = Case(num_tokens=3, num_heads=HEADS, head_dim=DIM, page_size=PAGE, num_pages=2,
-                cache_loc=(3, 17, 30), input_dtype="bfloat16", seed=7, recipe="unfused")
+    case = impl.fit(Case(num_tokens=3, num_heads=HEADS, head_dim=DIM, page_size=PAGE, num_pages=2,
+                         cache_loc=(3, 17, 30), input_dtype="bfloat16", seed=7, recipe="unfused"))
     expected = run_reference(case, device)
     actual = build(case, device)
     poison = POISON_BITS["bfloat16"]  # the same quiet NaN as every other input gap (fits int16)
@@ -98,9 +98,7 @@ def test_input_rows_past_2_31_elements(impl, device):
     big = big.view(torch.bfloat16)
     k = big.as_strided((3, HEADS, DIM), (stride, DIM, 1))
     k.copy_(actual.k_logical.to(device))
-    args = list(actual.args())
-    args[0] = k
-    impl(*args, **actual.kwargs())
-    torch.cuda.synchronize()
+    actual.k = k
+    execute(impl, actual)
     del big, k
-    _assert_equal_buffers(expected, actual)
+    _assert_equal_buffers(impl, expected, actual)

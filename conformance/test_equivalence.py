@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.cachemap import CACHES, first_duplicates_only, logical_slots, strided_layouts, written_slots
+from conformance.harness import execute, fail
 from conformance.impls import Implementation
-from strategies import cases
 from strategies.build import build
 from strategies.case import Case, Layout
 
@@ -23,16 +23,14 @@ CONTIGUOUS = dict(k_layout=Layout.contiguous(3), v_layout=Layout.contiguous(3),
                   k_cache_layout=Layout.contiguous(4), v_cache_layout=Layout.contiguous(4), loc_step=1)
 
 
-def _base(data: st.DataObject, recipes: tuple[str, ...] | None) -> Case:
+def _base(data: st.DataObject, impl: Implementation, **space: object) -> Case:
     # Colliding tokens may legitimately differ between runs; keep one token per slot.
-    return first_duplicates_only(data.draw(cases(recipes=recipes), label="case"))
+    return first_duplicates_only(data.draw(impl.cases(**space), label="case"))
 
 
 def _written(case: Case, impl: Implementation, device: torch.device) -> dict[str, torch.Tensor]:
     built = build(case, device)
-    impl(*built.args(), **built.kwargs())
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    execute(impl, built)
     slots = written_slots(case)
     return {which: logical_slots(built, which, slots) for which in CACHES}
 
@@ -44,41 +42,40 @@ def _assert_same(a: Case, b: Case, what: str, impl: Implementation, device: torc
         bad = (got_a[which] != got_b[which]).nonzero()
         if bad.numel():
             i, h, d = bad[0].tolist()
-            raise AssertionError(
-                f"{impl.name}: {what} changes {which} bytes: {bad.shape[0]} differ; first at slot "
-                f"{slots[i]} head {h} dim {d}: 0x{int(got_a[which][i, h, d]):02X} vs "
-                f"0x{int(got_b[which][i, h, d]):02X}\n  A={a}\n  B={b}")
+            fail(impl, f"{what} changes the {which} bytes it writes:",
+                 f"{bad.shape[0]} differ; first at slot {slots[i]} head {h} dim {d}: "
+                 f"0x{int(got_a[which][i, h, d]):02X} vs 0x{int(got_b[which][i, h, d]):02X}\n  A={a}\n  B={b}", b)
 
 
 @given(data=st.data())
-def test_2d_and_3d_inputs_agree(data, impl, device, recipes):
-    case = _base(data, recipes).replace(**CONTIGUOUS)
+def test_2d_and_3d_inputs_agree(data, impl, device):
+    case = _base(data, impl, input_ranks=(2, 3)).replace(**CONTIGUOUS)
     _assert_same(case.replace(input_rank=2), case.replace(input_rank=3), "input rank 2 vs 3", impl, device)
 
 
 @given(data=st.data())
-def test_3d_and_4d_caches_agree(data, impl, device, recipes):
-    case = _base(data, recipes).replace(**CONTIGUOUS)
+def test_3d_and_4d_caches_agree(data, impl, device):
+    case = _base(data, impl, cache_ranks=(3, 4)).replace(**CONTIGUOUS)
     _assert_same(case.replace(cache_rank=3), case.replace(cache_rank=4), "cache rank 3 vs 4", impl, device)
 
 
 @given(data=st.data())
-def test_fp8_and_uint8_caches_agree(data, impl, device, recipes):
-    case = _base(data, recipes)
+def test_fp8_and_uint8_caches_agree(data, impl, device):
+    case = _base(data, impl)
     _assert_same(case.replace(cache_dtype="float8_e4m3fn"), case.replace(cache_dtype="uint8"),
                  "cache dtype float8_e4m3fn vs uint8", impl, device)
 
 
 @given(data=st.data())
-def test_int32_and_int64_cache_loc_agree(data, impl, device, recipes):
-    case = _base(data, recipes)
+def test_int32_and_int64_cache_loc_agree(data, impl, device):
+    case = _base(data, impl, loc_dtypes=("int32", "int64"))
     _assert_same(case.replace(loc_dtype="int32"), case.replace(loc_dtype="int64"),
                  "cache_loc dtype int32 vs int64", impl, device)
 
 
 @given(data=st.data())
-def test_contiguous_and_strided_agree(data, impl, device, recipes):
-    case = _base(data, recipes).replace(input_rank=3, cache_rank=4)
+def test_contiguous_and_strided_agree(data, impl, device):
+    case = _base(data, impl, input_ranks=(3,), cache_ranks=(4,))
     strided = case.replace(
         k_layout=data.draw(strided_layouts(3, "k_layout"), label="k_layout"),
         v_layout=data.draw(strided_layouts(3, "v_layout"), label="v_layout"),

@@ -26,11 +26,11 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
-from conformance.harness import run_reference
+from conformance.harness import fail, run_reference
 from conformance.impls import Implementation
 from conformance.impls import test_device as _test_device  # not collected as a test
 from kernel import naive_fp8_set_kv_buffer
-from strategies import Case, Scale, cases
+from strategies import Case, Scale
 from strategies.build import Built, build
 from strategies.case import SCALE_KINDS
 from strategies.fp import FP32, f32
@@ -55,10 +55,10 @@ def _writes_something(case: Case) -> bool:
 
 
 @st.composite
-def graph_cases(draw: st.DrawFn, recipes: tuple[str, ...] | None, scale_kind: str | None = None) -> Case:
+def graph_cases(draw: st.DrawFn, impl: Implementation, scale_kind: str | None = None) -> Case:
     """A Case a graph can hold: checked=False (the range check syncs), at least one write."""
     kinds = None if scale_kind is None else (scale_kind,)
-    case = draw(cases(size="large", recipes=recipes, checked=False, allow_out_of_range=True, scale_kinds=kinds),
+    case = draw(impl.cases(size="large", checked=False, allow_out_of_range=True, scale_kinds=kinds),
                 label="case")
     assume(_writes_something(case))
     return case
@@ -84,11 +84,15 @@ def new_contents(draw: st.DrawFn, case: Case) -> Case:
 
 
 def _call(impl: Implementation, built: Built) -> Callable[[], None]:
-    return lambda: impl(*built.args(), **built.kwargs())
+    """The bare call, no synchronization: it is captured."""
+    return lambda: impl.invoke(built.call())
 
 
-def capture(calls: list[Callable[[], None]]) -> torch.cuda.CUDAGraph:
-    """Warm up on a side stream, check one eager round for syncs, then capture every call in one graph."""
+def capture(impl: Implementation, calls: list[Callable[[], None]], case: Case) -> torch.cuda.CUDAGraph:
+    """Warm up on a side stream, check one eager round for syncs, then capture every call in one graph.
+
+    Each step's failure is the implementation's, and is reported as such (`case` is the first call's).
+    """
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -99,6 +103,9 @@ def capture(calls: list[Callable[[], None]]) -> torch.cuda.CUDAGraph:
         try:
             for call in calls:
                 call()
+        except RuntimeError as exc:
+            fail(impl, "synchronizes with the host during the call, so it cannot be captured in a CUDA graph:",
+                 f"{type(exc).__name__}: {exc}", case)
         finally:
             torch.cuda.set_sync_debug_mode(previous)
     torch.cuda.current_stream().wait_stream(side)
@@ -106,10 +113,15 @@ def capture(calls: list[Callable[[], None]]) -> torch.cuda.CUDAGraph:
     graph = torch.cuda.CUDAGraph()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with torch.cuda.graph(graph, stream=side, capture_error_mode="global"):
-            for call in calls:
-                call()
-    assert not caught, "capture warned: " + "; ".join(f"{w.category.__name__}: {w.message}" for w in caught)
+        try:
+            with torch.cuda.graph(graph, stream=side, capture_error_mode="global"):
+                for call in calls:
+                    call()
+        except Exception as exc:
+            fail(impl, "failed under CUDA-graph capture:", f"{type(exc).__name__}: {exc}", case)
+    if caught:
+        fail(impl, "warned under CUDA-graph capture:",
+             "; ".join(f"{w.category.__name__}: {w.message}" for w in caught), case)
     return graph
 
 
@@ -128,7 +140,8 @@ def load(target: Built, case: Case) -> Built:
     return dataclasses.replace(target, case=case, k_logical=source.k_logical, v_logical=source.v_logical)
 
 
-def check_replay(actual: Built, pristine: dict[str, torch.Tensor], device: torch.device, what: str) -> None:
+def check_replay(impl: Implementation, actual: Built, pristine: dict[str, torch.Tensor], device: torch.device,
+                 what: str) -> None:
     """The replayed caches (whole buffers) equal the reference on actual.case's contents."""
     torch.cuda.synchronize()
     expected = run_reference(actual.case, device)
@@ -140,7 +153,7 @@ def check_replay(actual: Built, pristine: dict[str, torch.Tensor], device: torch
                          for n in ("k_cache", "v_cache"))
     if unchanged and changed_by_ref:
         report = "the replay wrote nothing (is the captured graph empty?)\n" + report
-    raise AssertionError(f"{what} (recipe {actual.case.recipe}):\n{report}\ncase: {actual.case.to_json()}")
+    fail(impl, f"{what} (recipe {actual.case.recipe}):", f"{report}\ncase: {actual.case.to_json()}")
 
 
 def captured(impl: Implementation, case: Case, device: torch.device) -> tuple[Built, torch.cuda.CUDAGraph,
@@ -148,7 +161,7 @@ def captured(impl: Implementation, case: Case, device: torch.device) -> tuple[Bu
     """Build, capture one call, and reset the buffers to their pristine bytes; returns them and the graph."""
     built = build(case, device)
     pristine = built.snapshot()
-    graph = capture([_call(impl, built)])
+    graph = capture(impl, [_call(impl, built)], case)
     restore(built, pristine)
     return built, graph, pristine
 
@@ -156,19 +169,19 @@ def captured(impl: Implementation, case: Case, device: torch.device) -> tuple[Bu
 @pytest.mark.parametrize("scale_kind", SCALE_KINDS)
 @graph_settings
 @given(data=st.data())
-def test_capture_and_replay(data, scale_kind, impl, device, recipes):
-    case = data.draw(graph_cases(recipes, scale_kind), label="case")
+def test_capture_and_replay(data, scale_kind, impl, device):
+    case = data.draw(graph_cases(impl, scale_kind), label="case")
     built, graph, pristine = captured(impl, case, device)
     graph.replay()
-    check_replay(built, pristine, device, f"{impl.name}: replay of the captured call")
+    check_replay(impl, built, pristine, device, "replay of the captured call")
 
 
 @pytest.mark.parametrize("scale_kind", SCALE_KINDS)
 @graph_settings
 @given(data=st.data())
-def test_replay_new_contents(data, scale_kind, impl, device, recipes):
+def test_replay_new_contents(data, scale_kind, impl, device):
     """Rewrite k, v, cache_loc, the scale tensors and the caches in place; replay; the new bytes follow."""
-    case = data.draw(graph_cases(recipes, scale_kind), label="case")
+    case = data.draw(graph_cases(impl, scale_kind), label="case")
     built, graph, pristine = captured(impl, case, device)
     rounds = data.draw(st.integers(1, 3), label="rounds")
     for r in range(rounds):
@@ -179,87 +192,84 @@ def test_replay_new_contents(data, scale_kind, impl, device, recipes):
              f"{replays} replays")
         for _ in range(replays):  # replaying on the same contents is idempotent
             graph.replay()
-        check_replay(current, build(new, device).buffers, device,
-                     f"{impl.name}: replay {r} after new contents were copied in")
+        check_replay(impl, current, build(new, device).buffers, device,
+                     f"replay {r} after new contents were copied in")
 
 
-def _with_scales(built: Built, k_scale: float, v_scale: float) -> tuple[tuple, Built]:
-    """built's arguments with other float scales, and built described as that call (for reports)."""
-    args = list(built.args())
-    args[5:7] = k_scale, v_scale
+def _with_scales(built: Built, k_scale: float, v_scale: float) -> Built:
+    """built with other float scales, described as that call (for reports)."""
     case = built.case.replace(k_scale=Scale("float", k_scale), v_scale=Scale("float", v_scale))
-    return tuple(args), dataclasses.replace(built, case=case)
+    return dataclasses.replace(built, case=case, k_scale=k_scale, v_scale=v_scale)
 
 
 @graph_settings
 @given(data=st.data())
-def test_float_scale_is_captured(data, impl, device, recipes):
+def test_float_scale_is_captured(data, impl, device):
     """A float scale is a constant of the graph: a later call with another float does not leak into it."""
-    case = data.draw(graph_cases(recipes, "float"), label="case")
+    case = data.draw(graph_cases(impl, "float"), label="case")
     factor = data.draw(st.sampled_from((2.0, 0.5, 3.0, 0.7)), label="factor")
     ks, vs = f32(case.k_scale.value * factor), f32(case.v_scale.value * factor)
     assume(all(2.0**-126 <= s <= FP32.max_finite for s in (ks, vs)))
     # The same inputs under the other floats: the reference, and whether it can tell the two apart.
-    ref_args, ref_other = _with_scales(build(case, device), ks, vs)
-    naive_fp8_set_kv_buffer(*ref_args, **ref_other.kwargs())
+    ref_other = _with_scales(build(case, device), ks, vs)
+    naive_fp8_set_kv_buffer(**ref_other.call())
     assume(compare_caches(run_reference(case, device), ref_other) is not None)
     built, graph, pristine = captured(impl, case, device)
 
-    eager_args, eager = _with_scales(build(case, device), ks, vs)
-    impl(*eager_args, **eager.kwargs())  # same impl, same kind of call, another float, after the capture
-    torch.cuda.synchronize()
+    eager = _with_scales(build(case, device), ks, vs)
+    impl.run(eager)  # same impl, same kind of call, another float, after the capture
     report = compare_caches(ref_other, eager)
-    assert report is None, f"{impl.name}: eager call with scale x{factor} after the capture:\n{report}"
+    if report:
+        fail(impl, f"eager call with scale x{factor} after the capture:", report, eager.case)
 
     graph.replay()
-    check_replay(built, pristine, device,
-                 f"{impl.name}: replay after an eager call with scale x{factor} (the graph must keep its float)")
+    check_replay(impl, built, pristine, device,
+                 f"replay after an eager call with scale x{factor} (the graph must keep its float)")
 
 
 @graph_settings
 @given(data=st.data())
-def test_several_calls_in_one_graph(data, impl, device, recipes):
+def test_several_calls_in_one_graph(data, impl, device):
     """Several layers' writes (each its own shapes and caches) captured in one graph."""
-    layers = data.draw(st.lists(graph_cases(recipes), min_size=2, max_size=4), label="layers")
+    layers = data.draw(st.lists(graph_cases(impl), min_size=2, max_size=4), label="layers")
     builts = [build(case, device) for case in layers]
     pristine = [b.snapshot() for b in builts]
-    graph = capture([_call(impl, b) for b in builts])
+    graph = capture(impl, [_call(impl, b) for b in builts], layers[0])
     for b, p in zip(builts, pristine):
         restore(b, p)
     graph.replay()
     for i, (b, p) in enumerate(zip(builts, pristine)):
-        check_replay(b, p, device, f"{impl.name}: layer {i} of {len(layers)} in one graph")
+        check_replay(impl, b, p, device, f"layer {i} of {len(layers)} in one graph")
     news = [load(b, data.draw(new_contents(case), label=f"layer_{i}_contents"))
             for i, (b, case) in enumerate(zip(builts, layers))]
     graph.replay()
     for i, cur in enumerate(news):
-        check_replay(cur, build(cur.case, device).buffers, device,
-                     f"{impl.name}: layer {i} after new contents")
+        check_replay(impl, cur, build(cur.case, device).buffers, device, f"layer {i} after new contents")
 
 
 @graph_settings
 @given(data=st.data())
-def test_graphs_coexist_with_eager_calls(data, impl, device, recipes):
+def test_graphs_coexist_with_eager_calls(data, impl, device):
     """Two graphs of different shapes, replayed in turn, with eager calls on other buffers between."""
-    first = data.draw(graph_cases(recipes), label="first")
-    second = data.draw(graph_cases(recipes), label="second")
+    first = data.draw(graph_cases(impl), label="first")
+    second = data.draw(graph_cases(impl), label="second")
     built_a, graph_a, pristine_a = captured(impl, first, device)
     built_b, graph_b, pristine_b = captured(impl, second, device)
 
-    eager_case = data.draw(cases(size="large", recipes=recipes, checked=False), label="eager_case")
+    eager_case = data.draw(impl.cases(size="large", checked=False), label="eager_case")
     eager = build(eager_case, device)
     graph_b.replay()
-    impl(*eager.args(), **eager.kwargs())
+    impl.invoke(eager.call())
     graph_a.replay()
-    check_replay(eager, build(eager_case, device).buffers, device, f"{impl.name}: eager call between replays")
-    check_replay(built_a, pristine_a, device, f"{impl.name}: first graph, replayed after the second")
-    check_replay(built_b, pristine_b, device, f"{impl.name}: second graph")
+    check_replay(impl, eager, build(eager_case, device).buffers, device, "eager call between replays")
+    check_replay(impl, built_a, pristine_a, device, "first graph, replayed after the second")
+    check_replay(impl, built_b, pristine_b, device, "second graph")
 
     new_a = load(built_a, data.draw(new_contents(first), label="first_contents"))
     again = build(eager_case, device)
     graph_a.replay()
-    impl(*again.args(), **again.kwargs())
+    impl.invoke(again.call())
     graph_b.replay()  # the second graph rewrites the same bytes it wrote before
-    check_replay(new_a, build(new_a.case, device).buffers, device, f"{impl.name}: first graph, new contents")
-    check_replay(built_b, pristine_b, device, f"{impl.name}: second graph, replayed twice")
-    check_replay(again, build(eager_case, device).buffers, device, f"{impl.name}: second eager call")
+    check_replay(impl, new_a, build(new_a.case, device).buffers, device, "first graph, new contents")
+    check_replay(impl, built_b, pristine_b, device, "second graph, replayed twice")
+    check_replay(impl, again, build(eager_case, device).buffers, device, "second eager call")

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from conformance.bytediff import diff_buffers
 from conformance.cachemap import CACHES, guard_mask, logical_slots, strided_layouts, written_mask
-from conformance.harness import check_case
+from conformance.harness import check_case, execute, fail
 from conformance.impls import Implementation
 from kernel.plan import make_plan
 from kernel.reference import quantize
-from strategies import cases
 from strategies.build import INPUT_GUARD, POISON_BITS, Built, build
 from strategies.case import Case
 
@@ -25,9 +24,7 @@ from strategies.case import Case
 def _run(case: Case, impl: Implementation, device: torch.device) -> tuple[Built, dict[str, torch.Tensor]]:
     built = build(case, device)
     before = built.snapshot()
-    impl(*built.args(), **built.kwargs())
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    execute(impl, built)
     return built, before
 
 
@@ -45,24 +42,25 @@ def _unwritten_report(built: Built, before: dict[str, torch.Tensor], only: str) 
 
 
 @given(data=st.data())
-def test_unwritten_slots_keep_their_bytes(data, impl, device, recipes):
-    case = data.draw(cases(recipes=recipes), label="case")
+def test_unwritten_slots_keep_their_bytes(data, impl, device):
+    case = data.draw(impl.cases(), label="case")
     built, before = _run(case, impl, device)
     report = _unwritten_report(built, before, only="unwritten")
-    assert report is None, f"{impl.name} changed bytes outside the slots cache_loc names " \
-                           f"{list(case.cache_loc)}:\n{report}"
+    if report:
+        fail(impl, f"changed bytes outside the slots cache_loc names {list(case.cache_loc)}:", report, case)
 
 
 @given(data=st.data())
-def test_guard_bands_untouched(data, impl, device, recipes):
-    case = data.draw(cases(recipes=recipes), label="case")
+def test_guard_bands_untouched(data, impl, device):
+    case = data.draw(impl.cases(), label="case")
     case = case.replace(
         k_cache_layout=data.draw(strided_layouts(4, "k_cache_layout"), label="k_cache_layout"),
         v_cache_layout=data.draw(strided_layouts(4, "v_cache_layout"), label="v_cache_layout"),
         cache_rank=4)
     built, before = _run(case, impl, device)
     report = _unwritten_report(built, before, only="guards")
-    assert report is None, f"{impl.name} wrote into a guard band around a cache:\n{report}"
+    if report:
+        fail(impl, "wrote into a guard band around a cache:", report, case)
 
 
 def _poison_count(built: Built, name: str) -> int:
@@ -73,9 +71,9 @@ def _poison_count(built: Built, name: str) -> int:
 
 
 @given(data=st.data())
-def test_poisoned_gaps_are_never_read(data, impl, device, recipes):
+def test_poisoned_gaps_are_never_read(data, impl, device):
     """Inputs with NaN-poisoned gaps between their elements still give exactly the reference bytes."""
-    case = data.draw(cases(recipes=recipes), label="case").replace(input_rank=3, cache_rank=4)
+    case = data.draw(impl.cases(input_ranks=(3,), cache_ranks=(4,)), label="case")
     case = case.replace(k_layout=data.draw(strided_layouts(3, "k_layout", gaps=True), label="k_layout"),
                         v_layout=data.draw(strided_layouts(3, "v_layout", gaps=True), label="v_layout"))
     built = build(case, device)
@@ -87,20 +85,19 @@ def test_poisoned_gaps_are_never_read(data, impl, device, recipes):
 
 
 @given(data=st.data())
-def test_inputs_are_left_unmodified(data, impl, device, recipes):
+def test_inputs_are_left_unmodified(data, impl, device):
     """k, v, cache_loc and tensor scales: whole buffers (gaps and guards included) keep their bits."""
-    case = data.draw(cases(recipes=recipes), label="case")
+    case = data.draw(impl.cases(), label="case")
     built, before = _run(case, impl, device)
     for name, old in before.items():
         if name in CACHES:
             continue
         old_bytes = old.reshape(-1).view(torch.uint8)  # reshape: a 0-d scale cannot be viewed as bytes
         new_bytes = built.buffers[name].reshape(-1).view(torch.uint8)
-        same = torch.equal(old_bytes, new_bytes)
-        if not same:
+        if not torch.equal(old_bytes, new_bytes):
             diff = (old_bytes != new_bytes).nonzero().flatten()[:8].tolist()
-        assert same, f"{impl.name} modified {name} (dtype {old.dtype}, {old.numel()} elements); " \
-                     f"first changed bytes at {diff}"
+            fail(impl, f"modified its input {name} (dtype {old.dtype}, {old.numel()} elements):",
+                 f"first changed bytes of the buffer at {diff}", case)
 
 
 def _out_of_range(num_slots: int, loc_dtype: str) -> st.SearchStrategy[int]:
@@ -109,9 +106,9 @@ def _out_of_range(num_slots: int, loc_dtype: str) -> st.SearchStrategy[int]:
 
 
 @given(data=st.data())
-def test_out_of_range_slots_write_nothing(data, impl, device, recipes):
+def test_out_of_range_slots_write_nothing(data, impl, device):
     """With checked=False, entries >= num_slots are skipped: only in-range slots change."""
-    case = data.draw(cases(recipes=recipes), label="case")
+    case = data.draw(impl.cases(), label="case")
     t = case.num_tokens
     if t == 0:
         case = case.replace(num_tokens=1, cache_loc=(0,))
@@ -124,14 +121,14 @@ def test_out_of_range_slots_write_nothing(data, impl, device, recipes):
     case = case.replace(cache_loc=tuple(locs), checked=False)
     built, before = _run(case, impl, device)
     report = _unwritten_report(built, before, only="unwritten")
-    assert report is None, f"{impl.name} wrote outside the in-range slots of cache_loc {locs} " \
-                           f"(num_slots={n}):\n{report}"
+    if report:
+        fail(impl, f"wrote outside the in-range slots of cache_loc {locs} (num_slots={n}):", report, case)
 
 
 @given(data=st.data())
-def test_duplicate_slots_hold_one_tokens_bytes(data, impl, device, recipes):
+def test_duplicate_slots_hold_one_tokens_bytes(data, impl, device):
     """Two tokens naming one slot: each byte of it is the byte one of them would write."""
-    case = data.draw(cases(recipes=recipes), label="case")
+    case = data.draw(impl.cases(), label="case")
     t = max(case.num_tokens, 2)
     few = data.draw(st.lists(st.integers(0, case.num_slots - 1), min_size=1, max_size=2, unique=True),
                     label="shared_slots")
@@ -140,7 +137,7 @@ def test_duplicate_slots_hold_one_tokens_bytes(data, impl, device, recipes):
     locs[0] = locs[1] = few[0]  # at least one collision
     case = case.replace(num_tokens=t, cache_loc=tuple(locs))
     built, before = _run(case, impl, device)
-    plan = make_plan(*build(case, device).args(), **built.kwargs())
+    plan = make_plan(**build(case, device).call())
     for which, x, scale in (("k_cache", plan.k, plan.k_scale), ("v_cache", plan.v, plan.v_scale)):
         candidates = quantize(x, scale, plan.recipe).cpu()  # [T, H, D]: what each token would write
         for slot in sorted({s for s in locs if s >= 0}):
@@ -149,7 +146,6 @@ def test_duplicate_slots_hold_one_tokens_bytes(data, impl, device, recipes):
             ok = (candidates[tokens] == got[None]).any(0)
             if not bool(ok.all()):
                 h, d = (~ok).nonzero()[0].tolist()
-                raise AssertionError(
-                    f"{impl.name}: {which} slot {slot} (tokens {tokens}) head {h} dim {d} holds "
-                    f"0x{int(got[h, d]):02X}, not one of the tokens' bytes "
-                    f"{[f'0x{int(c):02X}' for c in candidates[tokens, h, d]]}; cache_loc={locs}")
+                fail(impl, f"{which} slot {slot}, named by tokens {tokens}, holds a byte none of them writes:",
+                     f"head {h} dim {d} holds 0x{int(got[h, d]):02X}, not one of "
+                     f"{[f'0x{int(c):02X}' for c in candidates[tokens, h, d]]}; cache_loc={locs}", case)

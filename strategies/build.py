@@ -49,13 +49,12 @@ class Built:
     v_logical: torch.Tensor
     buffers: dict[str, torch.Tensor]  # name -> whole buffer (caches as uint8, guards included)
 
-    def args(self) -> tuple:
-        """Positional arguments of fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, ...)."""
-        return (self.k, self.v, self.k_cache, self.v_cache, self.cache_loc, self.k_scale,
-                self.v_scale, self.case.page_size)
-
-    def kwargs(self) -> dict:
-        return {"recipe": self.case.recipe, "checked": self.case.checked}
+    def call(self) -> dict[str, object]:
+        """The call's arguments by this project's names (the reference takes them as keywords;
+        conformance.conventions spells them for other implementations)."""
+        return {"k": self.k, "v": self.v, "k_cache": self.k_cache, "v_cache": self.v_cache,
+                "cache_loc": self.cache_loc, "k_scale": self.k_scale, "v_scale": self.v_scale,
+                "page_size": self.case.page_size, "recipe": self.case.recipe, "checked": self.case.checked}
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of every buffer, to compare against after a call."""

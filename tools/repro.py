@@ -21,6 +21,7 @@ from typing import Any
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
 from conformance.artifacts import load_case
 from conformance.bytediff import FIRST_N, compare_caches
+from conformance.conventions import CONVENTIONS, get_convention
 from conformance.harness import run_impl, run_reference
 from conformance.impls import ENCODERS, FUSED_SPEC, Implementation, from_spec, test_device
 from kernel import RECIPES
@@ -39,19 +40,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", choices=ENCODERS, help="the fused kernel's e4m3 encoder (default: as recorded, "
                                                        "or software where the hardware cast is missing)")
     p.add_argument("--recipe", choices=sorted(RECIPES), help="hold the implementation to this recipe instead")
+    p.add_argument("--convention", choices=sorted(CONVENTIONS),
+                   help="how to call it (default: as recorded, else detected from its signature)")
     p.add_argument("-n", type=int, default=FIRST_N, metavar="N", help=f"mismatches to show (default {FIRST_N})")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if present, else cpu")
     return p
 
 
-def _load_recorded(impl: dict[str, Any], kwargs: dict[str, Any]) -> Implementation:
+def _load_recorded(impl: dict[str, Any], kwargs: dict[str, Any], convention: str | None) -> Implementation:
     """The recorded implementation: its absolute spec, else the spec as typed (run from the repo root)."""
     tried = []
+    convention = convention or impl.get("convention")
     for spec in dict.fromkeys((impl.get("spec"), impl.get("name"))):
         if not spec:
             continue
         try:
-            loaded = from_spec(spec, kwargs)
+            loaded = from_spec(spec, kwargs, get_convention(convention) if convention else None)
             return dataclasses.replace(loaded, name=impl.get("name") or loaded.name)
         except (ValueError, ImportError, OSError) as exc:
             tried.append(f"{spec}: {exc}")
@@ -72,8 +76,9 @@ def choose_impl(record: dict[str, Any], args: argparse.Namespace, device) -> tup
     if kwargs.get("encoder") == "hardware" and not hardware_cast_available(device):
         raise ValueError("--encoder hardware needs compiled CUDA on sm_89 or newer; this machine has none")
     if args.impl:
-        return from_spec(args.impl, kwargs if args.encoder else {}), notes
-    return _load_recorded(recorded, kwargs), notes
+        convention = get_convention(args.convention) if args.convention else None
+        return from_spec(args.impl, kwargs if args.encoder else {}, convention), notes
+    return _load_recorded(recorded, kwargs, args.convention), notes
 
 
 def summary(case: Case) -> str:
@@ -98,11 +103,14 @@ def replay(path: str, args: argparse.Namespace, out=sys.stdout) -> int:
         print(f"recorded {env.get('backend')}; torch {env.get('torch')}, triton {env.get('triton')}, "
               f"hypothesis {env.get('hypothesis')}, gpu {env.get('gpu')}", file=out)
     print(f"here     {describe()}; device {device}", file=out)
-    print(f"impl     {impl.name} {impl.kwargs or ''}".rstrip(), file=out)
+    print(f"impl     {impl.name} {impl.kwargs or ''}".rstrip() + f" ({impl.convention.name} convention)", file=out)
     print(f"case     {summary(case)}", file=out)
     for note in notes:
         print(note, file=out)
 
+    reason = impl.convention.why_not(case)
+    if reason:
+        raise ValueError(f"{reason}: this case cannot be replayed with it")
     expected = run_reference(case, device)
     actual, error = run_impl(case, impl, device)
     report = error or compare_caches(expected, actual, args.n)

@@ -1,0 +1,146 @@
+"""Calling conventions: the suite calls an implementation exactly as its own signature says.
+
+A Convention maps one call, described with this project's argument names (k, v, k_cache, v_cache,
+cache_loc, k_scale, v_scale, page_size, recipe, checked), onto the implementation's parameters. It
+never passes a keyword the implementation's signature lacks. Cases a convention cannot express (a
+2-D input for vLLM, a float scale for vLLM) are never drawn for it; a property that needs one is
+skipped with the reason.
+
+- `kvfp8`: this project's call, `recipe=` and `checked=` keywords included.
+- `sglang`: `fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,
+  page_size=16, use_triton=True)`, called positionally with `use_triton` left at its default.
+- `vllm`: `reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+  k_scale, v_scale)`: 3-D inputs, 4-D caches, int64 slots, one-element float32 tensor scales.
+
+Another convention is a small adapter function written in one of these (docs/conventions.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from strategies.case import LOC_DTYPES, SCALE_KINDS, Case, Scale
+
+#: This project's names for a call's arguments, in the kvfp8 order.
+ARGUMENTS = ("k", "v", "k_cache", "v_cache", "cache_loc", "k_scale", "v_scale", "page_size", "recipe", "checked")
+POSITIONAL = ARGUMENTS[:8]
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How to call an implementation, and which Cases that call can express."""
+
+    name: str
+    spelling: Mapping[str, str]  # this project's argument name -> the implementation's
+    input_ranks: tuple[int, ...] = (2, 3)
+    cache_ranks: tuple[int, ...] = (3, 4)
+    loc_dtypes: tuple[str, ...] = LOC_DTYPES
+    scale_kinds: tuple[str, ...] = SCALE_KINDS
+    extra: tuple[tuple[int, object], ...] = ()  # (position, value) of constant arguments, e.g. "fp8"
+
+    @property
+    def arguments(self) -> frozenset[str]:
+        """This project's arguments that the convention can pass."""
+        return frozenset(self.spelling)
+
+    @property
+    def told_recipe(self) -> bool:
+        """True when the implementation is told which recipe to compute (else it computes its own)."""
+        return "recipe" in self.spelling
+
+    def why_not(self, case: Case) -> str | None:
+        """Why `case` cannot be expressed in this convention, or None when it can."""
+        checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),
+                  ("loc_dtype", self.loc_dtypes, "{} cache_loc"))
+        for attr, allowed, what in checks:
+            if getattr(case, attr) not in allowed:
+                return f"the {self.name} convention cannot express a {what.format(getattr(case, attr))}"
+        for name in ("k_scale", "v_scale"):
+            kind = getattr(case, name).kind
+            if kind not in self.scale_kinds:
+                return f"the {self.name} convention cannot express a {kind} {name}"
+        return None
+
+    def narrow(self, **space: object) -> dict[str, object]:
+        """`strategies.cases` keyword arguments, restricted to what this convention expresses.
+
+        Raises LookupError naming what is left empty when nothing the caller asked for is expressible.
+        """
+        own = {"input_ranks": self.input_ranks, "cache_ranks": self.cache_ranks, "loc_dtypes": self.loc_dtypes,
+               "scale_kinds": self.scale_kinds}
+        out = dict(space)
+        for key, allowed in own.items():
+            asked = space.get(key)
+            kept = tuple(x for x in (allowed if asked is None else asked) if x in allowed)
+            if not kept:
+                raise LookupError(f"the {self.name} convention cannot express {key} {tuple(asked)}")
+            out[key] = kept
+        return out
+
+    def fit(self, case: Case) -> Case:
+        """case with each scale this convention cannot pass given as a kind it can, of the same value.
+
+        Every recipe reads a scale's value alone (None is 1.0), so the reference's bytes are unchanged.
+        Used by fixed Cases (exhaustive, big caches, argument checks); drawn Cases are narrowed instead.
+        """
+        def fitted(scale: Scale) -> Scale:
+            if scale.kind in self.scale_kinds:
+                return scale
+            kind = next(k for k in ("tensor1", "tensor0d", "float", "none") if k in self.scale_kinds)
+            return Scale(kind, scale.value)
+        return case.replace(k_scale=fitted(case.k_scale), v_scale=fitted(case.v_scale))
+
+    def invoke(self, fn: Callable[..., object], call: Mapping[str, object], fixed: Mapping[str, object]) -> None:
+        """Call fn with `call` (this project's names) as this convention spells it, plus `fixed` keywords."""
+        args = [call[name] for name in POSITIONAL if name in self.spelling]
+        for position, value in self.extra:
+            args.insert(position, value)
+        keywords = {self.spelling[n]: call[n] for n in ("recipe", "checked") if n in self.spelling and n in call}
+        fn(*args, **keywords, **fixed)
+
+
+KVFP8 = Convention("kvfp8", {n: n for n in ARGUMENTS})
+SGLANG = Convention("sglang", {n: n for n in POSITIONAL})
+VLLM = Convention(
+    "vllm",
+    {"k": "key", "v": "value", "k_cache": "key_cache", "v_cache": "value_cache", "cache_loc": "slot_mapping",
+     "k_scale": "k_scale", "v_scale": "v_scale"},
+    input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
+    extra=((5, "fp8"),),
+)
+CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM)}
+
+_HEADS = {  # the leading parameter names that identify a convention
+    "vllm": ("key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "v_scale"),
+    "sglang": ("k", "v", "k_cache", "v_cache", "cache_loc", "k_scale", "v_scale", "page_size"),
+}
+
+
+def detect(fn: Callable[..., object]) -> Convention:
+    """The convention fn's signature declares: a `recipe` parameter (or `*args, **kwargs`, which take
+    anything) is kvfp8; else by parameter names.
+
+    Raises ValueError with the signature when it matches none (pass --convention, or write an adapter).
+    """
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot read the signature of {fn!r} ({exc}); pass --convention") from exc
+    names = tuple(params)
+    kinds = {p.kind for p in params.values()}
+    if "recipe" in params or {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds:
+        return KVFP8
+    for name, head in _HEADS.items():
+        if names[:len(head)] == head:
+            return CONVENTIONS[name]
+    raise ValueError(f"cannot tell the calling convention of {getattr(fn, '__name__', fn)}{inspect.signature(fn)}: "
+                     f"pass --convention {'|'.join(CONVENTIONS)}, or write an adapter function in one of them "
+                     "(docs/conventions.md)")
+
+
+def get_convention(name: str) -> Convention:
+    if name not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {sorted(CONVENTIONS)}, got {name!r}")
+    return CONVENTIONS[name]

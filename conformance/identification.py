@@ -1,0 +1,177 @@
+"""Which recipe does an implementation compute? The sweep behind `--recipe auto` and `tools.identify`.
+
+Every bf16 and fp16 bit pattern (65,536 each) times a set of scales goes through the implementation,
+called in its own convention, and its bytes are compared with the reference under every recipe.
+
+The scale set is chosen so that every pair of recipes differs somewhere in it: a non-dyadic scale
+(0.3) separates the roundings, and the smallest fp32 subnormal (2**-149, whose reciprocal is inf)
+separates multiply-by-reciprocal from division. The quick set (the default on the CPU, where a
+65,536-element interpreted call costs about a second) keeps those; the full set (the default on
+CUDA) adds powers of two, more non-dyadic, tiny and huge scales, and passes each as a Python float,
+a 0-d tensor and a 1-element tensor (implementations built on `div_` differ between those). A scale
+kind the convention cannot pass (vLLM takes tensors only) is passed as one it can, same value.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from conformance.conventions import KVFP8, Convention
+from conformance.impls import Implementation
+from kernel import RECIPES, naive_fp8_set_kv_buffer
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+KINDS = ("float", "tensor0d", "tensor1")
+# (kind, value): None for the overflow rules, 0.3 and 0.9 for the roundings (0.9 separates `single`
+# from `divide` on 30 patterns a dtype, 0.3 on 2), 2**-149 for reciprocal versus division (only the
+# zeros differ there: 0 * inf is NaN, 0 / 2**-149 is 0).
+QUICK = (("none", 1.0), ("float", 0.3), ("float", 0.9), ("float", 2.0**-149))
+FULL_SCALES = (1.0, 0.5, 2.0, 2.0**-6, 2.0**10,  # powers of two
+               0.3, 0.9, 0.7, 1.7, 0.1,  # non-dyadic
+               1e-30, 1e-38, 2.0**-149,  # tiny (1e-38 and 2**-149 are fp32 subnormals)
+               1e30, 3e38)  # huge
+TOKENS, HEADS, DIM = 128, 4, 128  # 65,536 elements: one bit pattern each, one slot a token (page_size 1)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: all 65,536 patterns of `dtype` with one scale argument."""
+
+    dtype: str
+    kind: str  # "none" or one of KINDS
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.dtype} scale=None" if self.kind == "none" else \
+            f"{self.dtype} scale={self.value!r} ({self.kind})"
+
+    def arg(self, device: torch.device) -> float | torch.Tensor | None:
+        if self.kind == "none":
+            return None
+        if self.kind == "float":
+            return self.value
+        return torch.full(() if self.kind == "tensor0d" else (1,), self.value, dtype=torch.float32,
+                          device=device)
+
+
+@dataclass
+class Result:
+    points: list[Point]
+    diffs: dict[str, dict[Point, torch.Tensor]] = field(default_factory=dict)  # recipe -> point -> bad patterns
+    actual: dict[Point, torch.Tensor] = field(default_factory=dict)
+    expected: dict[str, dict[Point, torch.Tensor]] = field(default_factory=dict)
+    errors: dict[Point, str] = field(default_factory=dict)
+
+    def count(self, recipe: str, kind: str | None = None) -> int:
+        return sum(v.numel() for p, v in self.diffs[recipe].items() if kind is None or p.kind in (kind, "none"))
+
+    def matches(self, kind: str | None = None) -> list[str]:
+        if self.errors:
+            return []
+        return [r for r in self.diffs if self.count(r, kind) == 0]
+
+    def closest(self) -> str:
+        return min(self.diffs, key=self.count)
+
+    @property
+    def swept_bytes(self) -> int:
+        return 65536 * len(self.actual)
+
+
+def expressible(point: Point, convention: Convention) -> Point:
+    """The point with its scale kind replaced by one the convention can pass, when it cannot."""
+    if point.kind in convention.scale_kinds:
+        return point
+    kind = next(k for k in ("tensor1", "tensor0d", "float") if k in convention.scale_kinds)
+    return Point(point.dtype, kind, point.value)
+
+
+def sweep_points(dtypes: list[str], full: bool, kinds: tuple[str, ...] = KINDS,
+                 convention: Convention = KVFP8) -> list[Point]:
+    """The quick set, or None plus every full scale in every kind, for each dtype (as the convention
+    can pass them; duplicates dropped)."""
+    if not full:
+        points = [Point(d, k, s) for d in dtypes for k, s in QUICK]
+    else:
+        points = [p for d in dtypes
+                  for p in [Point(d, "none", 1.0)] + [Point(d, k, s) for s in FULL_SCALES for k in kinds]]
+    return list(dict.fromkeys(expressible(p, convention) for p in points))
+
+
+def _patterns(dtype: str, device: torch.device) -> torch.Tensor:
+    bits = torch.arange(65536, dtype=torch.int32).to(torch.int16)  # wraps: 0x8000.. are the negatives
+    return bits.view(DTYPES[dtype]).reshape(TOKENS, HEADS, DIM).to(device)
+
+
+def _call(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.device,
+          recipe: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One write of x as K (scale ks) and V (scale vs), token t to slot t; returns both caches' bytes."""
+    caches = [torch.zeros((TOKENS, 1, HEADS, DIM), dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
+              for _ in "kv"]
+    call = {"k": x, "v": x, "k_cache": caches[0], "v_cache": caches[1],
+            "cache_loc": torch.arange(TOKENS, device=device), "k_scale": ks, "v_scale": vs, "page_size": 1,
+            "checked": False}
+    if recipe:
+        call["recipe"] = recipe
+    impl.invoke(call)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return tuple(c.view(torch.uint8).reshape(-1) for c in caches)
+
+
+def _calls(points: list[Point]):
+    """Pairs of points of one dtype: one call writes the first with K's scale, the second with V's."""
+    for dtype in dict.fromkeys(p.dtype for p in points):
+        group = [p for p in points if p.dtype == dtype]
+        for i in range(0, len(group), 2):
+            yield group[i], group[min(i + 1, len(group) - 1)]  # an odd point out is used twice
+
+
+_REFERENCE = Implementation("reference", naive_fp8_set_kv_buffer)
+
+
+@functools.lru_cache(maxsize=256)
+def _reference(pk: Point, pv: Point, recipe: str, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference's bytes for one call (the same for every implementation: computed once)."""
+    dev = torch.device(device)
+    k, v = _call(_REFERENCE, _patterns(pk.dtype, dev), pk.arg(dev), pv.arg(dev), dev, recipe)
+    return k.cpu(), v.cpu()
+
+
+def identify(impl: Implementation, points: list[Point], device: torch.device) -> Result:
+    """Run the sweep through impl and through the reference under every recipe."""
+    res = Result(points, {r: {} for r in RECIPES}, {}, {r: {} for r in RECIPES})
+    for pk, pv in _calls(points):
+        x = _patterns(pk.dtype, device)
+        ks, vs = pk.arg(device), pv.arg(device)
+        try:
+            got = _call(impl, x, ks, vs, device, impl.recipe if impl.convention.told_recipe else None)
+        except Exception as exc:  # an implementation's crash is a result of the sweep, not an abort
+            res.errors[pk] = res.errors[pv] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            continue
+        res.actual[pk], res.actual[pv] = got[0].cpu(), got[1].cpu()
+        for name in RECIPES:
+            exp = _reference(pk, pv, name, str(device))
+            for p, e, g in ((pk, exp[0], res.actual[pk]), (pv, exp[1], res.actual[pv])):
+                res.expected[name][p] = e
+                res.diffs[name][p] = (e != g).nonzero().flatten()
+    return res
+
+
+def held_recipe(res: Result) -> tuple[str, str]:
+    """The recipe to hold an implementation to after a sweep, and a line saying how it was chosen."""
+    swept = f"{res.swept_bytes:,} bytes swept"
+    matched = [r for r in res.diffs if res.count(r) == 0] if res.actual else []
+    errors = f"; it raised on {len(res.errors)} of {len(res.points)} sweep points" if res.errors else ""
+    if matched:
+        also = f" (indistinguishable here from {', '.join(matched[1:])})" if len(matched) > 1 else ""
+        return matched[0], f"identified: matches {matched[0]}{also} ({swept}{errors})"
+    if not res.actual:
+        first = next(iter(res.errors.values()), "no sweep point ran")
+        return "unfused", f"identification failed (it raised on every sweep point: {first}); held to unfused"
+    best = res.closest()
+    return best, (f"matches no recipe; held to the closest, {best} ({res.count(best):,} of {swept} "
+                  f"differ{errors})")
