@@ -1,7 +1,9 @@
 """The one byte-compare helper: whole cache buffers as uint8, and a report that says where.
 
-Every property compares through `diff_buffers`/`assert_same_bytes`, and `tools.repro` prints the
-same report, so a red CI line and a local replay read the same.
+`compare_caches` byte-diffs both caches (the harness, and so every property that runs
+`check_case`, goes through it); `diff_buffers` does one buffer (isolation, big caches). Both return
+None when the bytes are equal, else the report, which the caller asserts on. `tools.repro` prints
+the same report, so a red CI line and a local replay read the same.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ one takes the remaining tests (outside xdist the session stops, saying why).
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sys
 import time
 import traceback
@@ -29,14 +31,21 @@ class ConformanceFailure(AssertionError):
     """The implementation broke the contract; the message is the whole report."""
 
 
-def fail(impl: Implementation, what: str, report: str, case: Case | None = None) -> None:
+@functools.cache
+def _failure_kind(kind: str) -> type[ConformanceFailure]:
+    # Hypothesis tells distinct bugs of one test apart by exception type and origin; every report is
+    # raised here, so each kind of failure gets its own type (report_multiple_bugs shows each).
+    return type(f"ConformanceFailure[{kind}]", (ConformanceFailure,), {})
+
+
+def fail(impl: Implementation, what: str, report: str, case: Case | None = None, kind: str = "bytes") -> None:
     """Raise the failure report of `impl` (saving the Case as a failure file when given)."""
     __tracebackhide__ = True  # the report says what failed; the suite's own frame adds nothing
     if case is not None:
         from conformance.artifacts import save_failure
         saved = save_failure(case, impl, report)
         report = f"{report}\n{saved}".rstrip()
-    raise ConformanceFailure(f"{impl.name}: {what}\n{report}")
+    raise _failure_kind(kind)(f"{impl.name}: {what}\n{report}")
 
 
 def run_reference(case: Case, device: torch.device, built: Built | None = None) -> Built:
@@ -58,14 +67,17 @@ def cuda_context_lost(device: torch.device) -> bool:
 
 
 def _abandon(case: Case, impl: Implementation, error: str) -> None:
-    """The implementation crashed the CUDA context: save the Case, then end this process's run."""
+    """The implementation crashed the CUDA context: save the Case, then end this process's run
+    (under pytest; a tool reports the error itself)."""
     from conformance.artifacts import save_failure
     saved = save_failure(case, impl, error, final=True)
     message = f"{impl.name} crashed the CUDA context; no later test can run in this process.\n{error}\n{saved}"
     print(message, file=sys.stderr, flush=True)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os._exit(70)  # xdist reports this test as crashed and starts a fresh worker for the rest
-    pytest.exit(message, returncode=1)
+    if os.environ.get("PYTEST_CURRENT_TEST"):
+        pytest.exit(message, returncode=1)
+    # Outside pytest (tools.repro): the caller reports the error, and its process ends anyway.
 
 
 def describe_error(impl: Implementation, exc: BaseException) -> str:
@@ -82,6 +94,8 @@ def execute(impl: Implementation, built: Built) -> None:
     except Exception as exc:
         if cuda_context_lost(built.k.device):
             _abandon(built.case, impl, describe_error(impl, exc))
+        from conformance.artifacts import save_failure
+        save_failure(built.case, impl, describe_error(impl, exc))  # the shrunk example's, only
         raise
 
 
@@ -96,21 +110,22 @@ def run_impl(case: Case, impl: Implementation, device: torch.device,
     return actual, None
 
 
-def mismatch_report(case: Case, impl: Implementation, device: torch.device) -> str | None:
-    """None if impl's bytes equal the reference's over both whole cache buffers."""
-    built = build(case, device)
-    fresh = built.copy()  # the same bytes as a second build, by device copies
-    expected = run_reference(case, device, built)
-    actual, error = run_impl(case, impl, device, fresh)
-    if error:
-        return error
-    return compare_caches(expected, actual)
+def _raised(error: str) -> str:
+    """The exception type named in a describe_error text."""
+    found = re.search(r" raised (\w+):", error)
+    return found.group(1) if found else "error"
 
 
 def check_case(case: Case, impl: Implementation, device: torch.device) -> None:
     """Fail unless impl's bytes equal the reference's on one Case."""
     started = time.perf_counter()
-    report = mismatch_report(case, impl, device)
+    built = build(case, device)
+    fresh = built.copy()  # the same bytes as a second build, by device copies
+    expected = run_reference(case, device, built)
+    actual, error = run_impl(case, impl, device, fresh)
     stats.record(time.perf_counter() - started)
+    if error:
+        fail(impl, "raises on a valid call:", error, case, kind=_raised(error))
+    report = compare_caches(expected, actual)
     if report:
         fail(impl, f"differs from the reference (recipe {case.recipe}):", report, case)

@@ -47,7 +47,8 @@ def geometry(plan: Plan) -> Geometry:
     Where all four tensors store a token's heads back to back (head stride = D x dim stride), element
     (h, d) sits at (h*D + d) x dim stride, so the kernel may see one head of H*D elements. Tiles then
     follow whole rows: no masked lanes at D = 80 (8x80 = 5 x 128), and one program a 1024-element
-    row at 4x256, as at 8x128 (on the H200, 4x256 ran 2 points below 8x128 as two 512-element halves).
+    row at 4x256, as at 8x128, where two 512-element halves ran slower
+    (docs/results/kernel-design-2026-12-02.md).
     """
     kc = Plan.cache_strides(plan.k_cache, plan.page_size)
     vc = Plan.cache_strides(plan.v_cache, plan.page_size)
@@ -62,12 +63,12 @@ def geometry(plan: Plan) -> Geometry:
 def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for the kernel's (possibly folded) heads and dim.
 
-    Compiled, 4 warps, tile sizes from sweeps on the H200 (docs/results/tile-sweep-*.csv):
-    - decode is latency-bound, and more, smaller programs start sooner: 512 elements up to T = 8
-      (2.52-2.79 us against 2.61-2.82 for 1024), 1024 up to T = 64 (2.95 us at 8x128 against 3.00);
-    - prefill: 2048 elements on the hardware encoder (96.1-97.1% of the copy roofline at 8x128,
-      T = 32768, for every recipe but the two that divide and round twice, 93.4-93.9%; 4096 gave
-      90.3-96.4%), 4096 on the ALU-bound software encoder (54.4-79.6%, 1-2 points above 2048).
+    Compiled, 4 warps, tile sizes from the sweep in docs/results/tile-sweep-2026-12-02-final.csv
+    (and the re-run of its software rows in docs/results/README.md):
+    - decode is latency-bound, and more, smaller programs start sooner: 512 elements up to T = 8,
+      1024 up to T = 64;
+    - prefill: 2048 elements on the hardware encoder, which was faster than 4096 for every recipe;
+      4096 on the ALU-bound software encoder, where larger tiles won on the final kernel.
     Interpreted: each program costs tens of milliseconds, so tiles are larger, but still small
     enough that CI's cases span several programs on every axis (T > 8, H > 4 or D > 128).
     """
@@ -85,9 +86,9 @@ def tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[int, 
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) for a compiled tile of about `elements` elements.
 
     BLOCK_D is the largest power of two dividing D when that is at least 64, so no lane is masked
-    (16-wide blocks that divide D = 80 measured 17% of the copy roofline at T = 32768 on the H200,
-    too little work a program); otherwise D's next power of two, masked. At most 512, and at most
-    half the tile: Triton 3.6's coalescing pass fails to compile a [1, 1, N] tile whose row pointers
+    (16-wide blocks that divide D = 80 gave too little work a program:
+    docs/results/kernel-design-2026-12-02.md); otherwise D's next power of two, masked. At most 512,
+    and at most half the tile: Triton 3.6's coalescing pass fails to compile a [1, 1, N] tile whose row pointers
     carry the alignment hint (PassManager::run failed on the H200), so a tile always spans at least
     two tokens or heads. Then up to 1024 // BLOCK_D heads, then whole tokens.
     """
@@ -120,6 +121,10 @@ def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int] | No
     """
     if plan.num_tokens == 0:
         return
+    if plan.device.type == "cuda" and plan.device.index != torch.cuda.current_device():
+        # Triton launches on the current device, whatever device the tensors are on (docs/facts.md).
+        with torch.cuda.device(plan.device):
+            return launch(plan, encoder, tile=tile)
     if plan.device.type != "cuda" and not interpreted():
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.device}")

@@ -2,7 +2,7 @@
 
 Everything here is plain torch, and every rounding step is written out instead of being left to
 `div_` or `.to(torch.float8_e4m3fn)`, whose results depend on the device, the scale's type and the
-torch version (../shared/FACTS.md). The only operations trusted are ones IEEE defines exactly and
+torch version (docs/facts.md). The only operations trusted are ones IEEE defines exactly and
 that torch computes the same way on every device: fp32 multiply and divide, float64 arithmetic on
 exactly representable values, `torch.round` (ties to even) and `torch.frexp`.
 

@@ -4,10 +4,9 @@ One program handles a [BLOCK_T tokens, BLOCK_H heads, BLOCK_D dims] tile of K an
 V, so cache_loc is read once for both. Sizes and strides are runtime arguments (the wrapper may fold
 [H, D] into one row, kernel.fused.geometry). The recipe's four switches are constexprs: each recipe
 compiles to straight-line code holding only its own steps. (Runtime switches kept every recipe's
-code, and its registers, in one kernel: on the H200, `unfused` at 8x128, T = 32768 ran at 79-87% of
-the copy roofline with 128-182 registers a thread, and at 94% specialized.) Pointer alignment is
-not specialized (each of 7 pointers would double the variants); VEC says, after the wrapper has
-checked, that every row starts 16-byte aligned, which is what 16-byte loads and stores need.
+code, and its registers, in one kernel, which cost bandwidth: docs/results/kernel-design-2026-12-02.md.)
+Pointer alignment is not specialized (each of 7 pointers would double the variants); VEC says, after
+the wrapper has checked, that every row starts 16-byte aligned, which 16-byte loads and stores need.
 
 Two interchangeable e4m3 encoders, chosen by the SOFTWARE constexpr:
 - hardware: Triton's cast, `cvt.rn.satfinite.e4m3` on sm_89+ (RNE, ±448 saturation, NaN -> 0x7F),
@@ -67,8 +66,8 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
     The sum's bits minus c's bits are then |y| / quantum (8..16 for normals, 0..8 for subnormals),
     and the byte is (E + 6) * 8 plus that: a carry into the next binade falls out of the addition.
     ROUND_BF16 first rounds |y| to bf16 (the unfused recipes' intermediate step) the same way.
-    The work is kept on the FMA pipe where it can be: on the H200 this encoder is ALU-bound, and
-    integer operations issue at half the rate of fp32 adds there.
+    The work is kept on the FMA pipe where it can be: this encoder is ALU-bound on Hopper, where
+    integer operations issue at half the rate of fp32 adds (docs/results/kernel-design-2026-12-02.md).
     """
     b = y.to(tl.uint32, bitcast=True)
     a = b & 0x7FFFFFFF
@@ -128,7 +127,7 @@ def _markstein(x32, s):
     """x / s for 2**-64 <= s <= 2**126, without a division per element.
 
     Triton's IEEE division (`div.rn.f32`) is a multi-instruction sequence with a slow-path call per
-    element, which made the divide recipes ALU-bound (55% of the copy roofline on the H200).
+    element, which made the divide recipes ALU-bound (docs/results/kernel-design-2026-12-02.md).
     Instead, Markstein's correction of q0 = x * RN(1/s): the residual x - q0 * s is exact in one
     FMA, and RN(q0 + residual * RN(1/s)) is the correctly rounded quotient (Markstein's theorem,
     Handbook of Floating-Point Arithmetic, 2nd ed., Theorem 4.10) wherever nothing underflows.
@@ -155,7 +154,8 @@ def _divide(x32, s, EXACT_FMA: tl.constexpr):
     exact unless x * k leaves fp32's range; then the quotient is at least 2**92 (it saturates, as an
     overflow to ±inf does) or below 2**-126 (±0 in e4m3, and the sign survives the scaling). Both
     branches are the same few instructions, so the rare one costs no registers in the common one
-    (an IEEE-division fallback there raised the divide recipes from 80 to 108 registers a thread).
+    (an IEEE-division fallback there raised the divide recipes' register count:
+    docs/results/kernel-design-2026-12-02.md).
     Triton interpreters whose fma rounds twice (EXACT_FMA false, kernel.backend.fma_is_exact) take
     IEEE division. Checked: numpy with an exact FMA against IEEE division (bf16, fp16 and random fp32
     inputs, thousands of scales), and through this kernel by conformance/test_exhaustive.py (tiny,

@@ -41,8 +41,8 @@ CPU_MODULES = (
     "conformance/test_fidelity.py",
 )
 # On CUDA the GPU-only modules go first: test_bigcache takes seconds and test_graphs replays every
-# recipe, while test_exhaustive's full CUDA product takes minutes when seven mutants share the GPU
-# (2026-12-02: three GPU-tier mutants timed out at 240 s behind it; in this order all 7 died in 53 s).
+# recipe, while test_exhaustive's full CUDA product takes minutes when seven mutants share the GPU,
+# and mutants queued behind it time out (docs/results/gpu-mutants-2026-12-02.md has both orders).
 GPU_MODULES = ("conformance/test_bigcache.py", "conformance/test_graphs.py") + CPU_MODULES + (
     "conformance/test_compile.py",
 )

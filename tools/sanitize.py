@@ -4,7 +4,8 @@
 
 Only the fused kernel is instrumented (`--kernel-name kns=fp8_kv_write`): torch's own kernels (the
 reference, the case builder, the byte diff) are not the product, and instrumenting each of their
-launches made a ci-sized test take ~40 s on the H200. The caching allocator is off, so memcheck
+launches made a ci-sized test many times slower (docs/results/kernel-design-2026-12-02.md). The
+caching allocator is off, so memcheck
 sees every tensor's true bounds (inside a cached 2 MiB segment, a read past a tensor's end is not
 an error). Logs go to $OUT/sanitize-<tool>.log (else reports/). Exit status 0 only when pytest
 passed and every sanitizer summary in the log reports 0 errors; the last lines of each log and a

@@ -10,8 +10,8 @@ reference once per configuration:
 - prefill: T = 32768, each of --shapes (H x D), every recipe, each of --encoders;
 - decode: T = 1, 8, 64 at each of --decode-shapes, recipe unfused, hardware encoder, beside two
   floors (an empty Triton kernel and a Triton copy of the same bytes, graph-replayed).
-Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The 2026-12-02 H200 run that chose the
-current buckets is docs/results/tile-sweep-2026-12-02.csv.
+Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The H200 run that chose the current
+buckets is docs/results/tile-sweep-2026-12-02-final.csv (docs/results/README.md has its command).
 """
 
 from __future__ import annotations
