@@ -26,6 +26,10 @@ from kernel import naive_fp8_set_kv_buffer
 from strategies.build import Built, build
 from strategies.case import Case
 
+#: Who runs the properties in this process: "pytest", "xdist-worker" (set by conformance.session), or
+#: "" for a tool. Not read from the environment: a tool a test starts inherits the test's variables.
+RUNNER = ""
+
 
 class ConformanceFailure(AssertionError):
     """The implementation broke the contract; the message is the whole report."""
@@ -73,9 +77,9 @@ def _abandon(case: Case, impl: Implementation, error: str) -> None:
     saved = save_failure(case, impl, error, final=True)
     message = f"{impl.name} crashed the CUDA context; no later test can run in this process.\n{error}\n{saved}"
     print(message, file=sys.stderr, flush=True)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if RUNNER == "xdist-worker":
         os._exit(70)  # xdist reports this test as crashed and starts a fresh worker for the rest
-    if os.environ.get("PYTEST_CURRENT_TEST"):
+    if RUNNER == "pytest":
         pytest.exit(message, returncode=1)
     # Outside pytest (tools.repro): the caller reports the error, and its process ends anyway.
 

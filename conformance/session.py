@@ -24,6 +24,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.internal.conjecture import engine
 
+from conformance import harness
 from conformance.artifacts import failures_dir
 from conformance.conventions import CONVENTIONS, get_convention
 from conformance.impls import IMPL_ENV, Implementation, selected_implementations, test_device
@@ -69,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if profile:  # before _bound reads it, whichever plugin configures first
         settings.load_profile(profile)
     config._kvfp8_started = time.time()  # failure files newer than this are this run's
+    harness.RUNNER = "xdist-worker" if hasattr(config, "workerinput") else "pytest"
     try:  # a bad --impl is a usage error, said once, not a collection error per module
         name = config.getoption("convention") or os.environ.get("KVFP8_CONVENTION")
         impls = selected_implementations(config.getoption("impl"), get_convention(name) if name else None)

@@ -7,6 +7,7 @@ identified from the sweep. The full runs (every property, every example) are in 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,9 @@ def test_convention_and_recipe_are_identified(spec, convention, recipe):
 
 def test_planted_power_of_two_tiles():
     report = _failure(PLANTED, _case(num_heads=3))
-    assert "raised" in report and "power of 2" in report.lower(), report
+    # The interpreter says "power of 2"; compiled Triton fails at the first non-power-of-two block shape.
+    assert "raises on a valid call" in report and ("power of 2" in report.lower() or "CompilationError" in report), \
+        report
     assert _failure(PLANTED, _case()) == ""  # the same Case with H = 2 conforms
 
 
@@ -81,8 +84,9 @@ def test_planted_32_bit_offsets(tmp_path):
     _need_free(10)
     path = tmp_path / "big.json"
     path.write_text(_big_case("float8_e4m3fn", "int64", 4, "single").to_json())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # a tool, not a test worker
     done = subprocess.run([sys.executable, "-m", "tools.repro", str(path), "--impl", PLANTED],
-                          capture_output=True, text=True, cwd=EXAMPLES.parent, timeout=600)
+                          capture_output=True, text=True, cwd=EXAMPLES.parent, timeout=600, env=env)
     assert done.returncode == 1 and "FAIL" in done.stdout, done.stdout + done.stderr
 
 

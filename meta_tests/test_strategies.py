@@ -64,6 +64,9 @@ def _features(case: Case) -> set[str]:
 def test_cases_cover_the_space_at_useful_rates():
     seen: Counter[str] = Counter()
     n = 400  # rates below are a third or less of what the strategies aim at: robust across versions
+    # Derandomized draws still move with the literals of the project modules imported in the process
+    # (Hypothesis mixes them into generation: hypothesis/internal/constants_ast.py), so they differ by
+    # xdist worker and as the code grows. T=0 is aimed at 1 in 16; 10 in 400 was seen on an H200 worker.
 
     @settings(max_examples=n, **INNER)
     @given(cases(allow_out_of_range=True))
@@ -81,7 +84,7 @@ def test_cases_cover_the_space_at_useful_rates():
     # exact tie at every element, so this only checks that the general strategy reaches them at all.
     wanted |= {"exact-target=e4m3-tie": 0.005, "exact-target=e4m3-grid": 0.02}
     wanted |= {"non-contiguous": 0.6, "permuted": 0.2, "padded": 0.2, "inner-step": 0.1, "misaligned": 0.1,
-               "loc_step>1": 0.1, "padding": 0.05, "out-of-range": 0.1, "T=0": 0.03, "checked": 0.03}
+               "loc_step>1": 0.1, "padding": 0.05, "out-of-range": 0.1, "T=0": 0.02, "checked": 0.03}
     low = {k: f"{seen[k] / n:.3f} < {rate}" for k, rate in wanted.items() if seen[k] < rate * n}
     assert not low, f"features drawn too rarely in {n} cases: {low}\nall counts: {dict(seen)}"
 

@@ -46,7 +46,7 @@ def report(res: Result, impl: Implementation, device: torch.device, examples: in
     scales = ", ".join(dict.fromkeys(str(p).split(" ", 1)[1] for p in res.points))
     print(f"identify {impl.name} {impl.kwargs or ''} ({impl.convention.name} convention) on {device} "
           f"({describe()})", file=out)
-    print(f"sweep: every {dtypes} bit pattern x {scales}: {65536 * len(res.points):,} bytes", file=out)
+    print(f"sweep: every {dtypes} bit pattern x {scales}: {res.swept_bytes:,} bytes (K and V)", file=out)
     for p, err in res.errors.items():
         print(f"  the implementation raised on {p}: {err}", file=out)
     head = "".join(f"{k:>12}" for k in kinds) if len(kinds) > 1 else ""
@@ -79,10 +79,10 @@ def report(res: Result, impl: Implementation, device: torch.device, examples: in
     shown = 0
     for p, idx in bad.items():
         for i in idx[:max(0, examples - shown)].tolist():
-            x = torch.tensor([i], dtype=torch.int32).to(torch.int16).view(DTYPES[p.dtype]).item()
+            x = torch.tensor([i % 65536], dtype=torch.int32).to(torch.int16).view(DTYPES[p.dtype]).item()
             e, a = int(res.expected[best][p][i]), int(res.actual[p][i])
-            print(f"    {p}: input 0x{i:04X} ({x!r}) expected 0x{e:02X} ({decode_e4m3(e):g}) "
-                  f"actual 0x{a:02X} ({decode_e4m3(a):g})", file=out)
+            print(f"    {p}: {'KV'[i // 65536]} input 0x{i % 65536:04X} ({x!r}) "
+                  f"expected 0x{e:02X} ({decode_e4m3(e):g}) actual 0x{a:02X} ({decode_e4m3(a):g})", file=out)
             shown += 1
 
 

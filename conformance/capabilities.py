@@ -1,0 +1,257 @@
+"""The capability table's rows: one input class each, and how a row's cell is decided.
+
+A probe row is a plain Case (contiguous [T, H, D] input, 4-D fp8 cache, int64 cache_loc, H and D
+powers of two, no padding, no special values, the convention's usual scale kind) changed in one
+way: the input class. `probe` draws a few of them with Hypothesis (derandomized, so a report is
+reproducible), runs each through the reference and the implementation, classifies any difference
+(conformance.classify) and raises one exception type per kind of defect, so that Hypothesis shrinks
+each distinct defect to its own smallest Case (report_multiple_bugs). The pytest test that runs the
+probes is conformance/capability_probes.py; `make test` does not collect it (tools.conformance names it).
+
+Other rows are decided by property tests of the run (CUDA graphs per scale kind, caches above 2**31
+bytes, and each argument-error class of conformance/test_errors.py): `tests` names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from conformance.cachemap import strided_layouts
+from conformance.classify import SAVED, Finding, case_size, classify_result, excerpt_of, run_case
+from conformance.impls import Implementation, Inexpressible
+from strategies._cache import sampled
+from strategies.case import SCALE_KINDS, Case, Override, Scale
+from strategies.locations import INT_MAX, INT_MIN
+from strategies.scales import scale_values
+
+Draw = Callable[[st.SearchStrategy], object]
+KIND_TITLES = {"none": "None", "float": "a Python float", "tensor0d": "a 0-d tensor", "tensor1": "a 1-element tensor"}
+PROBE_TEST = "conformance/capability_probes.py::test_capability"
+
+
+@dataclass(frozen=True)
+class InputClass:
+    """One row: an id that stays the same between reports, the text shown, and how it is decided."""
+
+    id: str
+    title: str
+    transform: Callable[[Case, Draw], Case] | None = None  # probe rows: the plain Case -> one of this class
+    tests: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = ()  # (module, test, params) deciding it
+    group: str = "input classes"
+    needs: str = ""  # "cuda": decided by tests that only run on CUDA
+    facts: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def baseline_kind(impl: Implementation) -> str:
+    """The scale kind of the plain Case: a 1-element tensor where the convention takes one."""
+    return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in impl.convention.scale_kinds)
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def plain_cases(impl: Implementation, device: torch.device) -> st.SearchStrategy[Case]:
+    """The plain Cases every probe row starts from (T >= 1; H, D powers of two, D >= 8)."""
+    kind = baseline_kind(impl)
+    space: dict = dict(contiguous=True, input_ranks=(3,), cache_ranks=(4,), cache_dtypes=("float8_e4m3fn",),
+                       loc_dtypes=("int64",), input_dtypes=("bfloat16", "float16"), scale_kinds=(kind,),
+                       padding=False, max_overrides=0, checked=False, allow_out_of_range=False)
+    if device.type == "cuda":
+        space["size"] = "large"
+    else:  # the interpreter's cost is per program instance: keep probes small
+        space.update(max_tokens=6, max_heads=4, max_dim=128)
+    return impl.cases(**space).filter(lambda c: c.num_tokens > 0).map(
+        lambda c: c.replace(num_heads=_pow2_floor(c.num_heads), head_dim=max(8, _pow2_floor(c.head_dim))))
+
+
+# -- the transforms ---------------------------------------------------------------------------------
+
+def _not_pow2(case: Case, draw: Draw) -> Case:
+    return case.replace(num_heads=draw(sampled((3, 5, 6))), head_dim=draw(sampled((80, 24, 96, 72, 100))))
+
+
+def _paged(case: Case, draw: Draw) -> Case:
+    page = draw(sampled((16, 3)))
+    return case.replace(page_size=page, num_pages=-(-case.num_slots // page))
+
+
+def _tokens(case: Case, draw: Draw) -> list[int]:
+    return draw(st.lists(st.integers(0, case.num_tokens - 1), min_size=1, max_size=case.num_tokens, unique=True))
+
+
+def _padding(case: Case, draw: Draw) -> Case:
+    loc = list(case.cache_loc)
+    for t in _tokens(case, draw):
+        loc[t] = draw(sampled((-1, -2, -1000, INT_MIN[case.loc_dtype])))
+    return case.replace(cache_loc=tuple(loc))
+
+
+def _out_of_range(case: Case, draw: Draw) -> Case:
+    loc = list(case.cache_loc)
+    n = case.num_slots
+    for t in _tokens(case, draw):
+        loc[t] = draw(sampled((n, n + 1, n + case.page_size, INT_MAX[case.loc_dtype])))
+    return case.replace(cache_loc=tuple(loc), checked=False)
+
+
+def _strided_inputs(case: Case, draw: Draw) -> Case:
+    return case.replace(k_layout=draw(strided_layouts(3, "k_layout", gaps=True)),
+                        v_layout=draw(strided_layouts(3, "v_layout", gaps=True)), loc_step=draw(sampled((2, 3))))
+
+
+def _strided_caches(case: Case, draw: Draw) -> Case:
+    return case.replace(k_cache_layout=draw(strided_layouts(4, "k_cache_layout")),
+                        v_cache_layout=draw(strided_layouts(4, "v_cache_layout")))
+
+
+_SIGN = {"bfloat16": 0x8000, "float16": 0x8000, "float32": 0x80000000}
+_INF = {"bfloat16": 0x7F80, "float16": 0x7C00, "float32": 0x7F800000}
+_QUIET = {"bfloat16": 0x40, "float16": 0x200, "float32": 0x400000}
+
+
+def _special_values(case: Case, draw: Draw) -> Case:
+    """±0, ±inf and NaN of both signs in K and V, at drawn positions (the seeded values around them
+    already reach e4m3's subnormals and values past ±448)."""
+    dt = case.input_dtype
+    specials = (("+0", 0), ("-0", _SIGN[dt]), ("+inf", _INF[dt]), ("-inf", _INF[dt] | _SIGN[dt]),
+                ("+nan", _INF[dt] | _QUIET[dt]), ("-nan", _INF[dt] | _QUIET[dt] | _SIGN[dt]))
+    n = case.num_tokens * case.num_heads * case.head_dim
+    first = draw(st.integers(0, max(0, n - len(specials))))
+    return case.replace(overrides=tuple(Override(t, (first + i) % n, bits, label)
+                                        for t in "kv" for i, (label, bits) in enumerate(specials)))
+
+
+def _scale(which: str, kind: str) -> Callable[[Case, Draw], Case]:
+    def transform(case: Case, draw: Draw) -> Case:
+        value = 1.0 if kind == "none" else draw(scale_values())
+        return case.replace(**{which: Scale(kind, value)})
+    return transform
+
+
+def _empty(case: Case, draw: Draw) -> Case:
+    return case.replace(num_tokens=0, cache_loc=(), overrides=())
+
+
+def _set(**changes: object) -> Callable[[Case, Draw], Case]:
+    return lambda case, draw: case.replace(**changes)
+
+
+def _graph_tests(kind: str) -> tuple:
+    tests = [("test_graphs", name, (("scale_kind", kind),))
+             for name in ("test_capture_and_replay", "test_replay_new_contents")]
+    if kind == "float":
+        tests.append(("test_graphs", "test_float_scale_is_captured", ()))
+    return tuple(tests)
+
+
+def _rows() -> list[InputClass]:
+    rows = [
+        InputClass("baseline", "plain call: contiguous [T, H, D] input, 4-D fp8 cache, int64 cache_loc, H and D "
+                               "powers of two", lambda c, d: c),
+        InputClass("not-pow2", "H and D not powers of two", _not_pow2),
+        InputClass("input-2d", "2-D input [T, H*D]", _set(input_rank=2)),
+        InputClass("cache-3d", "3-D cache [slots, H, D]", _set(cache_rank=3)),
+        InputClass("cache-4d", "4-D cache [pages, page_size, H, D], page_size > 1", _paged),
+        InputClass("cache-uint8", "uint8 cache (fp8 bits as bytes)", _set(cache_dtype="uint8")),
+        InputClass("loc-int32", "int32 cache_loc", _set(loc_dtype="int32")),
+        InputClass("loc-int64", "int64 cache_loc", _set(loc_dtype="int64")),
+        InputClass("input-fp32", "float32 input", _set(input_dtype="float32")),
+        InputClass("padding", "padding: negative cache_loc entries", _padding),
+        InputClass("out-of-range", "out-of-range slots (cache_loc >= num_slots, checked=False)", _out_of_range),
+        InputClass("strided-inputs", "strided inputs (and a strided cache_loc)", _strided_inputs),
+        InputClass("strided-caches", "strided or padded caches", _strided_caches),
+        InputClass("special-values", "special values: ±0, ±inf, NaN of both signs, past ±448", _special_values),
+    ]
+    for which in ("k_scale", "v_scale"):
+        other = "v_scale" if which == "k_scale" else "k_scale"
+        for kind in SCALE_KINDS:
+            rows.append(InputClass(f"{which}-{kind}", f"{which} {KIND_TITLES[kind]} ({other} as in the plain call)",
+                                   _scale(which, kind)))
+    rows.append(InputClass("empty", "T = 0 (an empty batch)", _empty))
+    for kind in SCALE_KINDS:
+        rows.append(InputClass(f"graph-{kind}", f"CUDA-graph capture and replay, scales {KIND_TITLES[kind]}",
+                               tests=_graph_tests(kind), needs="cuda"))
+    rows.append(InputClass("bigcache", "caches above 2**31 bytes", tests=(("test_bigcache", "*", ()),), needs="cuda"))
+    return rows
+
+
+ROWS = _rows()
+PROBE_ROWS = [r for r in ROWS if r.transform is not None]
+
+
+def argument_rows() -> list[InputClass]:
+    """One row per argument-error class of conformance/test_errors.py."""
+    from conformance.test_errors import MUTATIONS
+    return [InputClass(f"arg-{m.name}", m.name, group="argument contract",
+                       tests=(("test_errors", "test_invalid_argument_raises_and_writes_nothing",
+                               (("mutation", m.name), ("target", "impl"))),))
+            for m in MUTATIONS]
+
+
+# -- the probes ------------------------------------------------------------------------------------
+
+class ProbeFailure(AssertionError):
+    """A probe found a defect; `kvfp8_findings` holds the findings (dicts) for the report."""
+
+
+_FAILURE_TYPES: dict[tuple[str, ...], type[ProbeFailure]] = {}
+
+
+def _failure_type(keys: tuple[str, ...]) -> type[ProbeFailure]:
+    """One exception type per set of defects, so that Hypothesis reports (and shrinks) each apart."""
+    if keys not in _FAILURE_TYPES:
+        _FAILURE_TYPES[keys] = type("ProbeFailure", (ProbeFailure,), {"keys": keys})
+    return _FAILURE_TYPES[keys]
+
+
+def row_cases(row: InputClass, impl: Implementation, device: torch.device) -> st.SearchStrategy[Case]:
+    base = plain_cases(impl, device)
+
+    @st.composite
+    def cases(draw: st.DrawFn) -> Case:
+        return row.transform(draw(base), draw)
+    return cases()
+
+
+def _fail(impl: Implementation, row: InputClass, case: Case, findings: list[Finding], report: str | None) -> None:
+    from conformance.artifacts import save_failure
+    report = report or "\n".join(f.title for f in findings)
+    saved = save_failure(case, impl, report)
+    m = SAVED.search(saved)
+    for f in findings:
+        f.case_file, f.case_size = (m.group(1) if m else None), case_size(case)
+        f.excerpt = f.excerpt or excerpt_of(report)
+    keys = tuple(sorted({f.key for f in findings}))
+    exc = _failure_type(keys)(f"{impl.name}: {row.title}: {'; '.join(f.title for f in findings)}\n{report}\n"
+                              f"{saved}".rstrip())
+    exc.kvfp8_findings = [f.to_dict() for f in findings]
+    raise exc
+
+
+def probe(row: InputClass, impl: Implementation, device: torch.device, examples: int) -> None:
+    """Run `examples` Cases of the row; raise ProbeFailure(s) for the defects found, each shrunk."""
+    strategy = row_cases(row, impl, device)
+
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None, report_multiple_bugs=True,
+              phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(case=strategy)
+    def run(case: Case) -> None:
+        reason = impl.convention.why_not(case)
+        if reason:
+            raise Inexpressible(reason)
+        expected, actual, error, before, report = run_case(case, impl, device)
+        findings = classify_result(case, expected, actual, error, before)
+        if findings:
+            _fail(impl, row, case, findings, report)
+
+    run()
+
+
+def default_examples(device: torch.device) -> int:
+    return 6 if device.type == "cuda" else 4

@@ -1,0 +1,575 @@
+"""Classify a failure: what kind of defect does it show? By its byte diff, or else by its error.
+
+A failing Case is replayed (reference and implementation on fresh builds of the same bytes) and its
+diff read slot by slot, then byte by byte; a failure without a Case (an argument check, a graph
+capture) is read from the ConformanceFailure message. Each result is a `Finding`; findings with
+the same `key` are one defect, however many tests found it (conformance.report groups them).
+
+Classes (the key starts with the class):
+- rounding: the written bytes are another recipe's (key `rounding:<recipe>`, chosen by the report
+  over all findings: every finding lists the recipes that explain it, see `Finding.facts`);
+- encoding: overflow or NaN encoding (keeps a NaN's sign, saturates where the recipe says NaN, ...);
+- zero-sign: +0 for -0 or the reverse;
+- scale: the bytes are the held recipe's under another scale (ignored, the other cache's, inverted);
+- wrong-slot: a token's bytes at another token's slot, or a slot left unwritten;
+- outside: bytes changed outside the written slots (a padding or out-of-range token's bytes, or
+  others), or beyond the cache view (the guard bands);
+- input-modified: k, v, cache_loc or a scale tensor changed;
+- raises: an exception on a valid call (type and message, numbers normalized);
+- crash: the process died (an illegal memory access ends the xdist worker);
+- graph: CUDA-graph capture fails, syncs or warns; a replay is stale or empty;
+- validation: an invalid argument is not rejected (one key per argument-error class);
+- wrong-bytes: a difference none of the above explains;
+- unclassified: a failure this module cannot read (a Hypothesis error, a suite assertion).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from conformance.cachemap import CACHES, byte_index, first_duplicates_only, guard_mask, written_mask
+from conformance.harness import run_impl, run_reference
+from conformance.impls import Implementation
+from kernel import RECIPES
+from kernel.plan import ScaleArg
+from kernel.recipe import get_recipe
+from kernel.reference import quantize
+from strategies.build import Built, build
+from strategies.case import Case, Scale
+
+#: The capability cell each class shows as.
+CELLS = {
+    "rounding": "wrong bytes", "encoding": "wrong bytes", "zero-sign": "wrong bytes", "scale": "wrong bytes",
+    "wrong-slot": "wrong bytes", "wrong-bytes": "wrong bytes", "outside": "writes outside",
+    "input-modified": "writes outside", "raises": "raises", "crash": "crashes", "graph": "raises",
+    "validation": "does not validate", "unclassified": "wrong bytes",
+}
+CLASS_TITLES = {
+    "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
+    "scale": "wrong scale", "wrong-slot": "wrong slot", "outside": "writes outside", "input-modified":
+    "input modified", "raises": "raises on valid input", "crash": "crash", "graph": "CUDA graph",
+    "validation": "does not validate an argument", "wrong-bytes": "wrong bytes", "unclassified": "unclassified",
+}
+NAN_BYTES = (0x7F, 0xFF)
+EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes
+SAVED = re.compile(r"failure case saved: (\S+)")
+OUTSIDE_TOKENS = {  # whose bytes landed outside the written slots: (key, title)
+    "padding": ("outside:padding", "writes the bytes of padding tokens (negative cache_loc) into the cache"),
+    "out-of-range": ("outside:out-of-range", "writes the bytes of out-of-range tokens (cache_loc >= num_slots) "
+                                             "into the cache"),
+    "token": ("outside:slots", "changes bytes of slots no token names"),
+}
+
+
+@dataclass
+class Finding:
+    """One defect seen in one failure: its class, grouping key, one-line title and evidence."""
+
+    cls: str
+    key: str
+    title: str
+    cell: str = ""
+    case_file: str | None = None  # the failure file holding the Case (None: no Case, e.g. an argument check)
+    case_size: int | None = None  # tokens * heads * dim of that Case (the report keeps the smallest)
+    replayable: bool = True  # `python -m tools.repro case_file` shows it (False: input-modified, graph, ...)
+    facts: dict[str, Any] = field(default_factory=dict)  # class-specific: recipes, held, which, scale kind
+    excerpt: str = ""  # the first lines of the report
+
+    def __post_init__(self) -> None:
+        self.cell = self.cell or CELLS[self.cls]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Finding:
+        return Finding(**d)
+
+
+def case_size(case: Case) -> int:
+    return case.num_tokens * case.num_heads * case.head_dim
+
+
+def normalize(message: str, limit: int = 160) -> str:
+    """An error's first line with numbers and addresses made generic, so that equal errors group."""
+    first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
+    first = re.sub(r"0x[0-9a-fA-F]+", "0x…", first)
+    first = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e[-+]?\d+)?(?![\w.])", "N", first)
+    return first[:limit]
+
+
+def raised(error: str) -> Finding:
+    """A Finding for describe_error's text: '<impl> raised Type: message\\n<traceback>'."""
+    head = error.split("\n", 1)[0]
+    m = re.search(r" raised (\w+(?:\.\w+)*): (.*)$", head)
+    etype, msg = (m.group(1), m.group(2)) if m else ("Exception", head)
+    text = f"{etype}: {normalize(msg)}"
+    return Finding("raises", f"raises:{text}", f"raises {text}", excerpt=error[:800],
+                   facts={"exception": etype})
+
+
+# -- the byte diff of one replayed Case ---------------------------------------------------------------
+
+def _scale_value(scale: Scale) -> float:
+    return 1.0 if scale.kind == "none" else scale.value
+
+
+def _quantized(x: torch.Tensor, value: float, recipe: str) -> torch.Tensor:
+    """uint8 [T, H, D]: what each token writes under `recipe` with a scale of `value` (CPU)."""
+    return quantize(x, ScaleArg("float", value, None), get_recipe(recipe)).cpu()
+
+
+class _Rows:
+    """One cache's written slots as rows [n, H, D]: actual, expected, before, and the token of each."""
+
+    def __init__(self, case: Case, which: str, expected: Built, actual: Built, before: dict[str, torch.Tensor]):
+        self.case, self.which = case, which
+        self.index = byte_index(case, which).flatten(0, 1)  # [slots, H, D] -> flat buffer index
+        self.exp = expected.buffers[which].cpu()
+        self.act = actual.buffers[which].cpu()
+        self.before = before[which].cpu()
+        self.x = (actual.k_logical if which == "k_cache" else actual.v_logical).cpu()
+        self.scale = case.k_scale if which == "k_cache" else case.v_scale
+        self.other = case.v_scale if which == "k_cache" else case.k_scale
+        writers: dict[int, list[int]] = {}
+        for t, s in enumerate(case.cache_loc):
+            if 0 <= s < case.num_slots:
+                writers.setdefault(s, []).append(t)
+        self.writers = writers
+        self._cache: dict[tuple[float, str], torch.Tensor] = {}
+
+    def q(self, recipe: str, value: float | None = None) -> torch.Tensor:
+        value = _scale_value(self.scale) if value is None else value
+        key = (value, recipe)
+        if key not in self._cache:
+            self._cache[key] = _quantized(self.x, value, recipe)
+        return self._cache[key]
+
+    def row(self, buf: torch.Tensor, slot: int) -> torch.Tensor:
+        return buf[self.index[slot]]
+
+    def token_kind(self, t: int) -> str:
+        s = self.case.cache_loc[t]
+        return "padding" if s < 0 else "out-of-range" if s >= self.case.num_slots else "token"
+
+    def whose(self, row: torch.Tensor, exclude: Iterable[int] = ()) -> int | None:
+        """A token (not in exclude) whose bytes, under any recipe, are exactly this row."""
+        excluded = set(exclude)
+        if self.x.shape[0] == 0:
+            return None
+        for recipe in RECIPES:
+            hits = (self.q(recipe) == row[None]).flatten(1).all(1).nonzero().flatten().tolist()
+            hits = [t for t in hits if t not in excluded]
+            if hits:
+                return hits[0]
+        return None
+
+
+def _outside(rows: _Rows, diff: torch.Tensor, written: torch.Tensor) -> list[Finding]:
+    """Findings for bytes that changed outside the written slots."""
+    case, which = rows.case, rows.which
+    out = diff & ~written
+    if not out.any():
+        return []
+    findings = []
+    guard = guard_mask(case, which)
+    if (out & guard).any():
+        findings.append(Finding("outside", "outside:beyond", "writes beyond the cache view (into the bytes around it)",
+                                facts={"which": which}))
+    in_slot = torch.zeros_like(out)
+    kinds: dict[str, list[int]] = {}
+    for slot in range(case.num_slots):
+        idx = rows.index[slot].flatten()
+        in_slot[idx] = True
+        if slot in rows.writers or not out[idx].any():
+            continue
+        t = rows.whose(rows.row(rows.act, slot))
+        kinds.setdefault("token" if t is None else rows.token_kind(t), []).append(slot)
+    for kind, slots in kinds.items():
+        key, title = OUTSIDE_TOKENS[kind]
+        findings.append(Finding("outside", key, title, facts={"which": which, "slots": slots[:8]}))
+    if (out & ~guard & ~in_slot).any():
+        findings.append(Finding("outside", "outside:gaps", "changes bytes between the cache view's elements",
+                                facts={"which": which}))
+    return findings
+
+
+def _recipes_matching(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str) -> list[str]:
+    """The other recipes whose bytes equal the actual ones at every masked position of these slots."""
+    toks = [rows.writers[s][-1] for s in slots]
+    actual = torch.stack([rows.row(rows.act, s) for s in slots])
+    return [r for r in RECIPES if r != held and bool((rows.q(r)[toks] == actual)[mask].all())]
+
+
+def _scale_variant(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str) -> tuple[str, str] | None:
+    """(key, title) when the bytes are the held recipe's under another scale."""
+    toks = [rows.writers[s][-1] for s in slots]
+    actual = torch.stack([rows.row(rows.act, s) for s in slots])
+    own = _scale_value(rows.scale)
+    name = "k_scale" if rows.which == "k_cache" else "v_scale"
+    variants = [(1.0, "scale:ignored", f"ignores a scale: writes {rows.which} as if {name} were None"),
+                (_scale_value(rows.other), "scale:swapped", f"writes {rows.which} with the other cache's scale"),
+                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted",
+                 f"multiplies {rows.which} by {name} instead of dividing by it")]
+    for value, key, title in variants:
+        if value is None or value == own or not (0 < value < float("inf")):
+            continue
+        for recipe in dict.fromkeys((held, *RECIPES)):
+            if bool((rows.q(recipe, value)[toks] == actual)[mask].all()):
+                return key, title
+    return None
+
+
+def _encoding(e: torch.Tensor, a: torch.Tensor) -> list[Finding]:
+    """Findings for overflow and NaN bytes (e, a: expected and actual bytes at those positions)."""
+    findings = []
+    nan_e = (e & 0x7F) == 0x7F
+    nan_a = (a & 0x7F) == 0x7F
+    sat_e, sat_a = (e & 0x7F) == 0x7E, (a & 0x7F) == 0x7E
+    if (nan_e & sat_a).any():
+        findings.append(Finding("encoding", "encoding:saturates", "saturates to ±448 where the recipe gives NaN"))
+    if (sat_e & nan_a).any():
+        findings.append(Finding("encoding", "encoding:nan-past-448", "gives NaN past ±448 where the recipe saturates"))
+    if (nan_a & ~nan_e & ~sat_e).any():
+        findings.append(Finding("encoding", "encoding:nan-produced", "writes NaN where the recipe gives a finite byte"))
+    if (nan_e & ~nan_a & ~sat_a).any():
+        findings.append(Finding("encoding", "encoding:nan-lost", "writes a finite byte where the recipe gives NaN"))
+    return findings
+
+
+def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
+    """Findings for the written slots whose bytes differ."""
+    case, which = rows.case, rows.which
+    bad = [s for s in sorted(rows.writers) if diff[rows.index[s]].any()]
+    findings: list[Finding] = []
+    value_slots = []
+    for s in bad:
+        toks = rows.writers[s]
+        act, exp, old = rows.row(rows.act, s), rows.row(rows.exp, s), rows.row(rows.before, s)
+        if torch.equal(act, old) and not torch.equal(exp, old):
+            findings.append(Finding("wrong-slot", "wrong-slot:unwritten", "leaves a slot that a token names unwritten",
+                                    facts={"which": which, "slots": [s]}))
+            continue
+        if len(toks) > 1:  # which of the tokens wins a shared slot is unspecified: nothing to say by value
+            continue
+        if not any(torch.equal(rows.q(r)[toks[0]], act) for r in RECIPES):
+            t = rows.whose(act, exclude=toks)
+            if t is not None:
+                kind = rows.token_kind(t)
+                if kind == "token":
+                    findings.append(Finding("wrong-slot", "wrong-slot:other-token",
+                                            "writes a token's bytes to another token's slot",
+                                            facts={"which": which, "slots": [s]}))
+                else:
+                    key, title = OUTSIDE_TOKENS[kind]
+                    findings.append(Finding("outside", key, title, facts={"which": which, "slots": [s]}))
+                continue
+        value_slots.append(s)
+    if not value_slots:
+        return findings
+    e = torch.stack([rows.row(rows.exp, s) for s in value_slots])
+    a = torch.stack([rows.row(rows.act, s) for s in value_slots])
+    differ = e != a
+    nan_sign = differ & ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F)
+    zero = differ & ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
+    rest = differ & ~nan_sign & ~zero
+    kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
+    where = {"which": which, "scale_kind": kind, "held": held}
+    if nan_sign.any():
+        keeps = bool(((e == 0x7F) & (a == 0xFF))[nan_sign].any())
+        findings.append(Finding("encoding", "encoding:nan-sign",
+                                "keeps the sign of a negative NaN (0xFF where every recipe writes 0x7F)" if keeps
+                                else "writes a NaN byte with the wrong sign", facts=dict(where)))
+    if zero.any():
+        minus = bool(((e == 0x00) & (a == 0x80))[zero].any())
+        findings.append(Finding("zero-sign", "zero-sign:" + ("minus" if minus else "plus"),
+                                "writes -0 (0x80) for +0" if minus
+                                else "writes +0 (0x00) for -0 (drops the sign of zero)", facts=dict(where)))
+    if not rest.any():
+        return findings
+    recipes = _recipes_matching(rows, value_slots, rest, held)
+    if recipes:
+        findings.append(Finding("rounding", "rounding", f"computes {recipes[0]} where {held} is asked",
+                                facts={**where, "recipes": recipes}))
+        return findings
+    scaled = _scale_variant(rows, value_slots, rest, held)
+    if scaled:
+        findings.append(Finding("scale", scaled[0], scaled[1], facts={**where, "other_kind": (
+            case.v_scale if which == "k_cache" else case.k_scale).kind}))
+        return findings
+    edge = rest & torch.isin(e, torch.tensor(EDGE_BYTES, dtype=e.dtype)) & torch.isin(a, torch.tensor(EDGE_BYTES,
+                                                                                                     dtype=a.dtype))
+    nan_any = rest & (((e & 0x7F) == 0x7F) | ((a & 0x7F) == 0x7F))
+    findings += [f for f in _encoding(e[edge | nan_any], a[edge | nan_any])]
+    for f in findings:
+        f.facts = {**where, **f.facts}
+    other = rest & ~edge & ~nan_any
+    if other.any():
+        findings.append(Finding("wrong-bytes", "wrong-bytes:values",
+                                f"writes values that no recipe and no scale explains ({int(other.sum())} bytes)",
+                                facts=dict(where)))
+    return findings
+
+
+def _inputs_modified(before: dict[str, torch.Tensor], actual: Built) -> list[Finding]:
+    findings = []
+    for name, old in before.items():
+        if name in CACHES:
+            continue
+        new = actual.buffers[name]
+        if not torch.equal(old.reshape(-1).view(torch.uint8).cpu(), new.reshape(-1).view(torch.uint8).cpu()):
+            findings.append(Finding("input-modified", f"input-modified:{name}", f"modifies its input {name}",
+                                    replayable=False))
+    return findings
+
+
+def classify_result(case: Case, expected: Built, actual: Built, error: str | None,
+                    before: dict[str, torch.Tensor]) -> list[Finding]:
+    """Findings for one call: `expected` from the reference, `actual` from the implementation on a
+    build whose buffers were `before`; `error` the implementation's (describe_error), if it raised."""
+    if error:
+        return [raised(error)]
+    findings = _inputs_modified(before, actual)
+    for which in CACHES:
+        exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
+        if torch.equal(exp, act):
+            continue
+        rows = _Rows(case, which, expected, actual, before)
+        diff = exp != act
+        written = written_mask(case, which)
+        findings += _outside(rows, diff, written)
+        findings += _written(rows, diff & written, case.recipe)
+    return dedupe(findings)
+
+
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: dict[str, Finding] = {}
+    for f in findings:
+        seen.setdefault(f.key if f.cls != "rounding" else f"rounding:{','.join(f.facts['recipes'])}", f)
+    return list(seen.values())
+
+
+def run_case(case: Case, impl: Implementation, device: torch.device,
+             fill=None) -> tuple[Built, Built, str | None, dict[str, torch.Tensor], str | None]:
+    """Reference and implementation on fresh builds (as tools.repro does); returns (expected, actual,
+    error, actual's buffers before the call, the report tools.repro would print). `fill` edits a
+    fresh Built before it runs (the exhaustive patterns)."""
+    from conformance.bytediff import compare_caches
+    fill = fill or (lambda b: b)
+    expected = run_reference(case, device, fill(build(case, device)))
+    actual = fill(build(case, device))
+    before = actual.snapshot()
+    actual, error = run_impl(case, impl, device, actual)
+    report = error or compare_caches(expected, actual)
+    return expected, actual, error, before, report
+
+
+def classify_case(case: Case, impl: Implementation, device: torch.device, fill=None) -> list[Finding]:
+    """Replay the Case and classify what differs (nothing: [])."""
+    if impl.convention.why_not(case):
+        return []
+    expected, actual, error, before, _ = run_case(case, impl, device, fill)
+    return classify_result(case, expected, actual, error, before)
+
+
+# -- failures read from the suite ------------------------------------------------------------------
+
+def _lines_fallback(text: str) -> list[Finding]:
+    """Classify from a report's byte lines alone ('expected 0xEE (..) actual 0xAA (..) at REGION ...')."""
+    findings: list[Finding] = []
+    pairs = re.findall(r"expected 0x([0-9A-F]{2}) \([^)]*\) actual 0x([0-9A-F]{2}) \([^)]*\) at (\S+)(.*)", text)
+    if not pairs:
+        return findings
+    outside = [p for p in pairs if p[2] != "view" or "no token writes this slot" in p[3]]
+    if any(p[2].startswith("guard") for p in outside):
+        findings.append(Finding("outside", "outside:beyond", "writes beyond the cache view (into the bytes around it)"))
+    if any(not p[2].startswith("guard") for p in outside):
+        findings.append(Finding("outside", "outside:slots", "changes bytes of slots no token names"))
+    inside = [(int(e, 16), int(a, 16)) for e, a, region, rest in pairs if (e, a, region, rest) not in outside]
+    if inside:
+        e = torch.tensor([p[0] for p in inside], dtype=torch.uint8)
+        a = torch.tensor([p[1] for p in inside], dtype=torch.uint8)
+        nan_sign = ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F)
+        zero = ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
+        if nan_sign.any():
+            findings.append(Finding("encoding", "encoding:nan-sign",
+                                    "keeps the sign of a negative NaN (0xFF where every recipe writes 0x7F)"))
+        if zero.any():
+            findings.append(Finding("zero-sign", "zero-sign:plus", "writes +0 (0x00) for -0 (drops the sign of zero)"))
+        rest = ~nan_sign & ~zero
+        findings += _encoding(e[rest], a[rest])
+        if not findings:
+            findings.append(Finding("wrong-bytes", "wrong-bytes:values", "writes wrong bytes"))
+    return findings
+
+
+def _what(message: str) -> str:
+    """The ConformanceFailure's first line without the implementation's name."""
+    first = message.split("\n", 1)[0]
+    return first.split(": ", 1)[1] if ": " in first else first
+
+
+def _graph(what: str, message: str) -> Finding:
+    if "failed under CUDA-graph capture" in what:
+        m = re.search(r"\n(\w+): (.*)", message)
+        detail = f" ({m.group(1)}: {normalize(m.group(2), 100)})" if m else ""
+        return Finding("graph", "graph:capture", "CUDA-graph capture fails" + detail, replayable=False)
+    if "synchronizes with the host" in what:
+        return Finding("graph", "graph:sync", "synchronizes with the host during the call (cannot be captured)",
+                       replayable=False)
+    if "warned under CUDA-graph capture" in what:
+        return Finding("graph", "graph:warns", "warns under CUDA-graph capture", replayable=False)
+    if "wrote nothing" in message:
+        return Finding("graph", "graph:empty", "a replay of the captured graph writes nothing", cell="wrong bytes",
+                       replayable=False)
+    if "eager call with scale" in what or "keep its float" in what:
+        return Finding("graph", "graph:float-scale", "a float scale is not captured as a constant",
+                       cell="wrong bytes", replayable=False)
+    return Finding("graph", "graph:stale", "a replay is stale: it does not follow the captured buffers' new contents",
+                   cell="wrong bytes", replayable=False)
+
+
+def _exhaustive_case(params: dict[str, Any], impl: Implementation):
+    """The exhaustive property's Case (and its pattern fill) from the test's parameters."""
+    from conformance import test_exhaustive as ex
+    scales = params.get("scales")
+    if not isinstance(scales, tuple) or len(scales) != 2 or "dtype" not in params or "recipe" not in params:
+        return None, None
+    return impl.fit(ex.pattern_case(params["dtype"], *scales, params["recipe"])), ex.fill_patterns
+
+
+def _load(path: str) -> Case | None:
+    from conformance.artifacts import load_case
+    try:
+        return load_case(path)[0]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _equivalence_variants(test: str, case: Case) -> list[Case]:
+    """The saved Case (the B side) and the A side each equivalence property compared it with."""
+    from conformance.test_equivalence import CONTIGUOUS
+    other = {"test_2d_and_3d_inputs_agree": dict(input_rank=2), "test_3d_and_4d_caches_agree": dict(cache_rank=3),
+             "test_fp8_and_uint8_caches_agree": dict(cache_dtype="float8_e4m3fn"),
+             "test_int32_and_int64_cache_loc_agree": dict(loc_dtype="int32"),
+             "test_contiguous_and_strided_agree": CONTIGUOUS}.get(test)
+    return [case] + ([case.replace(**other)] if other else [])
+
+
+def _last_duplicates_only(case: Case) -> Case:
+    rev = first_duplicates_only(case.replace(cache_loc=tuple(reversed(case.cache_loc))))
+    return case.replace(cache_loc=tuple(reversed(rev.cache_loc)))
+
+
+def _with_case(findings: list[Finding], path: str | None, case: Case | None, replayable: bool = True) -> list[Finding]:
+    for f in findings:
+        if f.case_file is None and path and case is not None:
+            f.case_file, f.case_size = path, case_size(case)
+        f.replayable = f.replayable and replayable
+    return findings
+
+
+def classify_failure(exc: BaseException, test: str, module: str, params: dict[str, Any],
+                     impl: Implementation | None, device: torch.device | None) -> list[Finding]:
+    """Findings for one exception a property test raised (a leaf of Hypothesis's group)."""
+    message = str(exc)
+    excerpt = excerpt_of(message)
+    attached = getattr(exc, "kvfp8_findings", None)
+    if attached is not None:
+        return [Finding.from_dict(f) if isinstance(f, dict) else f for f in attached]
+    findings = _classify(exc, message, test, module, params, impl, device)
+    for f in findings:
+        f.excerpt = f.excerpt or excerpt
+    return findings
+
+
+def _classify(exc: BaseException, message: str, test: str, module: str, params: dict[str, Any],
+              impl: Implementation | None, device: torch.device | None) -> list[Finding]:
+    kind = type(exc).__name__
+    conformance = any(c.__name__ == "ConformanceFailure" for c in type(exc).__mro__)
+    what = _what(message)
+    if module == "test_errors":
+        mutation = params.get("mutation", "?")
+        if not conformance:
+            title = f"{mutation}: raises {kind} ({normalize(message, 80)}), not a TypeError/ValueError naming it"
+        elif "does not validate" in what:
+            title = f"{mutation}: {what.split(':', 1)[0]}"
+        else:
+            title = f"{mutation}: {what.rstrip(':')}"
+        return [Finding("validation", f"validation:{mutation}", title, replayable=False,
+                        facts={"mutation": mutation})]
+    if kind.startswith(("Flaky", "FailedHealthCheck", "Unsatisfiable", "DeadlineExceeded", "HypothesisException",
+                        "InvalidArgument")):
+        return [Finding("unclassified", f"unclassified:{kind}", f"Hypothesis: {kind}: {normalize(message, 100)}",
+                        replayable=False)]
+    if not conformance:
+        if isinstance(exc, AssertionError):
+            return [Finding("unclassified", "unclassified:assertion", f"a suite assertion failed: {normalize(message)}",
+                            replayable=False)]
+        return [Finding("raises", f"raises:{kind}: {normalize(message)}", f"raises {kind}: {normalize(message)}",
+                        replayable=False, facts={"exception": kind})]
+    if module == "test_graphs":
+        return [_graph(what, message)]
+    if "modified its input" in what:
+        name = what.split("modified its input ", 1)[1].split(" ", 1)[0]
+        m = SAVED.search(message)
+        case = _load(m.group(1)) if m else None
+        return _with_case([Finding("input-modified", f"input-modified:{name}", f"modifies its input {name}",
+                                   replayable=False)], m.group(1) if m else None, case, replayable=False)
+    if impl is None or device is None:
+        return _lines_fallback(message) or [Finding("unclassified", "unclassified:no-impl", normalize(what))]
+    if module == "test_exhaustive":
+        case, fill = _exhaustive_case(params, impl)
+        findings = classify_case(case, impl, device, fill) if case is not None else []
+        for f in findings:
+            f.replayable = False
+            f.case_size = case_size(case)
+        return findings or _lines_fallback(message) or [Finding("wrong-bytes", "wrong-bytes:values", normalize(what))]
+    if module == "test_bigcache":
+        found = _lines_fallback(message)
+        cell = "writes outside" if any(f.cls == "outside" for f in found) else "wrong bytes"
+        return [Finding("wrong-slot", "wrong-slot:past-2^31", "wrong bytes or slots on caches above 2**31 bytes "
+                        "(offsets computed in 32 bits?)", cell=cell, replayable=False)]
+    m = SAVED.search(message)
+    case = _load(m.group(1)) if m else None
+    if case is None:
+        return _lines_fallback(message) or [Finding("unclassified", "unclassified:no-case", normalize(what),
+                                                    replayable=False)]
+    path = m.group(1)
+    if module == "test_equivalence":
+        for variant in _equivalence_variants(test, case):
+            found = classify_case(variant, impl, device)
+            if found:
+                return _with_case(found, path, case, replayable=variant == case)
+        return _with_case([Finding("wrong-bytes", "wrong-bytes:inconsistent", f"{what.rstrip(':')} (each side "
+                                   "alone matches the reference)")], path, case, replayable=False)
+    if test == "test_duplicate_slots_hold_one_tokens_bytes":
+        for variant in (first_duplicates_only(case), _last_duplicates_only(case)):
+            found = classify_case(variant, impl, device)
+            if found:
+                return _with_case(found, path, case, replayable=False)
+        return _with_case([Finding("wrong-slot", "wrong-slot:shared", "a slot named by several tokens holds a byte "
+                                   "none of them writes")], path, case, replayable=False)
+    found = classify_case(case, impl, device)
+    if found:
+        return _with_case(found, path, case)
+    return _with_case(_lines_fallback(message) or [Finding("unclassified", "unclassified:no-repro",
+                                                          f"does not reproduce on replay: {normalize(what)}")],
+                      path, case, replayable=False)
+
+
+def excerpt_of(text: str, lines: int = 14) -> str:
+    """The first lines of a report, without the failure-file lines (the report names its own copy)."""
+    kept = [ln for ln in text.splitlines() if not ln.startswith(("failure case saved:", "replay: python -m"))]
+    return "\n".join(kept[:lines])
+
+
+def saved_path(message: str) -> str | None:
+    m = SAVED.search(message)
+    return m.group(1) if m and Path(m.group(1)).exists() else None

@@ -1,0 +1,364 @@
+"""The conformance report: a run's records (conformance.recorder) -> capability table and defects,
+as JSON (the schema is in docs/conformance.md) and as markdown; and the diff of two reports.
+
+A defect is one `Finding.key`, however many tests found it. Rounding findings list every recipe
+that explains their bytes; each is assigned to the recipe that explains the most findings of the
+run (a greedy cover), so an implementation that always computes `divide` has one rounding defect.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conformance.capabilities import PROBE_TEST, InputClass
+from conformance.classify import CLASS_TITLES, Finding
+from kernel import RECIPES
+
+SCHEMA = "kvfp8-conformance-report/1"
+#: How bad a cell is; a cell whose rank rises between two reports is a regression. Unranked: n/a, not run.
+RANK = {"conforms": 0, "validates": 0, "does not validate": 1, "raises": 2, "wrong bytes": 3, "writes outside": 4,
+        "crashes": 5}
+GROUP_TITLES = {
+    "scale:ignored": "ignores a scale: writes a cache as if its scale were None",
+    "scale:swapped": "writes a cache with the other cache's scale",
+    "scale:inverted": "multiplies by the scale instead of dividing by it",
+}
+
+
+@dataclass
+class Node:
+    """One test of the run: its outcome, parameters, skip reason and findings."""
+
+    nodeid: str
+    outcome: str = "passed"  # passed | failed | skipped | crashed
+    params: dict[str, Any] = field(default_factory=dict)
+    skip: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def module(self) -> str:
+        return self.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+    @property
+    def test(self) -> str:
+        return self.nodeid.split("::", 1)[-1].split("[", 1)[0]
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut off when the run was stopped
+            continue
+    return records
+
+
+def nodes_from(records: Iterable[dict[str, Any]], failures: Path | None = None) -> dict[str, Node]:
+    """Combine each test's phases into one Node; crashes and unreadable failures get findings here."""
+    nodes: dict[str, Node] = {}
+    for r in records:
+        node = nodes.setdefault(r["nodeid"], Node(r["nodeid"]))
+        node.params = r.get("params") or node.params
+        if r["outcome"] == "skipped" and node.outcome == "passed":
+            node.outcome, node.skip = "skipped", r.get("skip", "")
+        if r["outcome"] == "failed":
+            node.outcome = "failed"
+            for leaf in r.get("leaves", []):
+                node.findings += [Finding.from_dict(f) for f in leaf.get("findings", [])]
+            text = r.get("longrepr", "")
+            if text and not r.get("leaves"):
+                node.text = text
+                node.findings.append(_unread(node, text, failures))
+                if node.findings[-1].cls == "crash":
+                    node.outcome = "crashed"
+    return nodes
+
+
+def _unread(node: Node, text: str, failures: Path | None) -> Finding:
+    """A failure that reached the controller as text only: a crashed worker, or an error in a hook."""
+    tail = "\n".join(text.strip().splitlines()[-14:])
+    if "crashed while running" in text or "node down" in text.lower():
+        finding = Finding("crash", "crash", "crashes the process (an xdist worker died: an illegal memory access "
+                                            "loses the CUDA context, or a segfault)", excerpt=tail)
+        for path in sorted(failures.glob("*.json")) if failures and failures.is_dir() else []:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if record.get("test") == node.nodeid:  # harness._abandon saved the case before the process ended
+                case = record.get("case", {})
+                finding.case_file = str(path)
+                finding.case_size = case.get("num_tokens", 0) * case.get("num_heads", 0) * case.get("head_dim", 0)
+        return finding
+    return Finding("unclassified", "unclassified:error", f"an error outside the test body: {_first(text)}",
+                   replayable=False, excerpt=tail)
+
+
+def _first(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("E ")]
+    return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:160]
+
+
+def _cover(findings: list[Finding]) -> None:
+    """Give each rounding finding the key of one recipe, preferring recipes that explain many."""
+    todo = [f for f in findings if f.cls == "rounding" and f.key == "rounding"]
+    while todo:
+        counts = Counter(r for f in todo for r in f.facts.get("recipes", []))
+        if not counts:
+            for f in todo:
+                f.key = "rounding:unknown"
+            return
+        best = max(RECIPES, key=lambda r: (counts.get(r, 0), -list(RECIPES).index(r)))
+        for f in [f for f in todo if best in f.facts.get("recipes", [])]:
+            f.key = f"rounding:{best}"
+            todo.remove(f)
+
+
+def _where(f: Finding) -> str:
+    facts = f.facts
+    parts = []
+    if facts.get("which"):
+        kind = facts.get("scale_kind")
+        parts.append(facts["which"] + (f" with a {kind} scale" if kind else ""))
+        if facts.get("other_kind") and f.cls == "scale":
+            parts[-1] += f" (the other scale {facts['other_kind']})"
+    if facts.get("mutation"):
+        parts.append(str(facts["mutation"]))
+    return ", ".join(parts)
+
+
+@dataclass
+class Defect:
+    id: str
+    key: str
+    cls: str
+    title: str
+    cell: str
+    tests: list[str]
+    findings: list[Finding]
+    detail: str = ""
+    case: str | None = None
+    case_size: int | None = None
+    replay: str = ""
+    excerpt: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "key": self.key, "class": self.cls, "class_title": CLASS_TITLES[self.cls],
+                "title": self.title, "detail": self.detail, "cell": self.cell, "tests": self.tests,
+                "count": len(self.tests), "case": self.case, "case_size": self.case_size, "replay": self.replay,
+                "excerpt": self.excerpt}
+
+
+def _title(key: str, group: list[Finding]) -> str:
+    if key.startswith("rounding:"):
+        asked = sorted({f.facts.get("held") for f in group if f.facts.get("held")}, key=list(RECIPES).index)
+        return f"computes {key.split(':', 1)[1]} where {', '.join(asked) or 'another recipe'} is asked"
+    return GROUP_TITLES.get(key) or Counter(f.title for f in group).most_common(1)[0][0]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:70] or "defect"
+
+
+def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str, str]) -> list[Defect]:
+    """Group the run's findings by key; copy each defect's smallest Case into cases_dir."""
+    findings = [f for n in nodes.values() for f in n.findings]
+    _cover(findings)
+    groups: dict[str, list[tuple[str, Finding]]] = {}
+    for n in nodes.values():
+        for f in n.findings:
+            groups.setdefault(f.key, []).append((n.nodeid, f))
+    order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(k.split(":", 1)[0])
+                                           if k.split(":", 1)[0] in CLASS_TITLES else 99, k))
+    defects = []
+    for i, key in enumerate(order, 1):
+        pairs = groups[key]
+        group = [f for _, f in pairs]
+        tests = sorted({t for t, _ in pairs})
+        cell = max((f.cell for f in group), key=lambda c: RANK.get(c, 0))
+        wheres = sorted({w for w in map(_where, group) if w})
+        detail = ("seen in: " + "; ".join(wheres[:6]) + (f"; and {len(wheres) - 6} more" if len(wheres) > 6 else "")
+                  if wheres else "")
+        d = Defect(f"D{i}", key, group[0].cls, _title(key, group), cell, tests, group, detail)
+        owner = {id(f): t for t, f in pairs}
+        with_case = [f for f in group if f.case_file and Path(f.case_file).is_file()]
+        best = min(with_case, key=lambda f: (not f.replayable, f.case_size or 0, f.case_file)) if with_case else None
+        if best is not None:
+            cases_dir.mkdir(parents=True, exist_ok=True)
+            target = cases_dir / f"{_slug(key)}.json"
+            shutil.copyfile(best.case_file, target)
+            d.case, d.case_size, d.excerpt = str(target), best.case_size, best.excerpt
+            if best.replayable:
+                d.replay = f"python -m tools.repro {target}"
+        d.excerpt = d.excerpt or group[0].excerpt
+        if not d.replay:
+            d.replay = pytest_command(owner[id(best if best is not None else group[0])], replay_base)
+        defects.append(d)
+    return defects
+
+
+def pytest_command(nodeid: str, base: dict[str, str]) -> str:
+    """The command that reruns one test of the run (derandomized: the same examples, the same failure)."""
+    env = " ".join(f"{k}={v}" for k, v in base.get("env", {}).items())
+    return f"{env} python -m pytest -p no:cacheprovider '{nodeid}' {base.get('args', '')}".strip()
+
+
+def _matches(node: Node, module: str, test: str, params: tuple[tuple[str, str], ...]) -> bool:
+    return (node.module == module and (test == "*" or node.test == test)
+            and all(node.params.get(k) == v for k, v in params))
+
+
+def cell_for(row: InputClass, nodes: dict[str, Node], defects: list[Defect], ran: set[str],
+             argument: bool = False) -> dict[str, Any]:
+    """The capability cell of one row: status, detail, the defects behind it and the tests that decided it."""
+    if row.transform is not None:
+        mine = [n for n in nodes.values() if n.nodeid.startswith(PROBE_TEST) and n.params.get("row") == row.id]
+        family = "capabilities"
+    else:
+        mine = [n for n in nodes.values() if any(_matches(n, *t) for t in row.tests)]
+        family = row.tests[0][0].removeprefix("test_")
+    out: dict[str, Any] = {"group": row.group, "id": row.id, "row": row.title, "defects": [],
+                           "tests": sorted(n.nodeid for n in mine)}
+    if not mine:
+        why = "the run stopped at its budget first" if family in ran else f"family {family} not selected"
+        return {**out, "status": "not run", "detail": why}
+    failed = [n for n in mine if n.outcome in ("failed", "crashed")]
+    if failed:
+        keys = {f.key for n in failed for f in n.findings}
+        found = [d for d in defects if d.key in keys]
+        status = max((d.cell for d in found), key=lambda c: RANK.get(c, 0)) if found else "wrong bytes"
+        detail = "; ".join(f"{d.id} {d.title}" for d in found)
+        return {**out, "status": status, "detail": detail, "defects": [d.id for d in found]}
+    passed = [n for n in mine if n.outcome == "passed"]
+    if passed:
+        return {**out, "status": "validates" if argument else "conforms", "detail": ""}
+    reason = next((n.skip for n in mine if n.skip), "skipped")
+    if "CUDA" in reason or "cuda" in reason:
+        reason = f"needs CUDA ({reason})"
+    return {**out, "status": "not applicable", "detail": reason}
+
+
+def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputClass], arg_rows: list[InputClass],
+          cases_dir: Path, failures: Path | None, replay_base: dict[str, str], ran: set[str]) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict (schema: docs/conformance.md)."""
+    nodes = nodes_from(records, failures)
+    defects = defects_from(nodes, cases_dir, replay_base)
+    capabilities = [cell_for(r, nodes, defects, ran) for r in rows]
+    capabilities += [cell_for(r, nodes, defects, ran, argument=True) for r in arg_rows]
+    outcomes = Counter(n.outcome for n in nodes.values())
+    report = dict(meta)
+    report["schema"] = SCHEMA
+    report["run"] = {**meta.get("run", {}), "tests": {k: outcomes.get(k, 0) for k in
+                                                     ("passed", "failed", "skipped", "crashed")}}
+    report["capabilities"] = capabilities
+    report["defects"] = [d.to_dict() for d in defects]
+    report["verdict"] = "conforms" if not defects else f"{len(defects)} defect{'s' * (len(defects) != 1)}"
+    return report
+
+
+# -- markdown ---------------------------------------------------------------------------------------
+
+def _cell_text(c: dict[str, Any]) -> str:
+    text = c["status"]
+    if c["detail"]:
+        text += f": {c['detail']}"
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    impl, recipe, env, run = r["impl"], r["recipe"], r["environment"], r["run"]
+    tests = run["tests"]
+    lines = [f"# Conformance report: `{impl['name']}`", "",
+             f"**Verdict: {r['verdict']}.**", "", "| | |", "|---|---|",
+             f"| implementation | `{impl['spec']}` |",
+             f"| convention | {impl['convention']} |",
+             f"| recipe | {recipe['held'] or 'every recipe (told with recipe=)'}: {recipe['note']} |",
+             f"| device | {env['device']}: {env['backend']} |",
+             f"| encoder | {impl.get('encoder') or 'not applicable (not the fused kernel)'} |",
+             f"| versions | torch {env['torch']}, triton {env['triton']}, Python {env['python']}, hypothesis "
+             f"{env['hypothesis']}; GPU {env['gpu']} (CUDA {env['cuda']}) |",
+             f"| run | {_minutes(run['seconds'])}; {tests['passed']} passed, {tests['failed']} failed, "
+             f"{tests['skipped']} skipped, {tests['crashed']} crashed; families: {', '.join(run['families'])} |",
+             f"| examples | {run['examples']} |"]
+    if run.get("cuts"):
+        lines.append(f"| cut | {'; '.join(run['cuts'])} |")
+    lines += ["", "## Capabilities", ""]
+    for group, head in (("input classes", "input class"), ("argument contract", "invalid argument")):
+        cells = [c for c in r["capabilities"] if c["group"] == group]
+        if group == "argument contract":
+            lines += ["", "### Argument contract (conformance/test_errors.py)", ""]
+        lines += [f"| {head} | result |", "|---|---|"]
+        lines += [f"| {c['row']} | {_cell_text(c)} |" for c in cells]
+    lines += ["", "## Defects", ""]
+    if not r["defects"]:
+        lines.append("None.")
+    for d in r["defects"]:
+        lines += [f"### {d['id']}. {d['class_title']}: {d['title']}", "",
+                  f"- key `{d['key']}`; shows as: {d['cell']}; failing tests: {d['count']}"]
+        if d["detail"]:
+            lines.append(f"- {d['detail']}")
+        if d["case"]:
+            lines.append(f"- smallest case: `{d['case']}` ({d['case_size']} elements)")
+        lines.append(f"- replay: `{d['replay']}`")
+        shown = d["tests"][:4]
+        lines.append("- tests: " + ", ".join(f"`{t}`" for t in shown) +
+                     (f" and {len(d['tests']) - len(shown)} more" if len(d["tests"]) > len(shown) else ""))
+        if d["excerpt"]:
+            lines += ["", "```", *d["excerpt"].splitlines()[:12], "```"]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -- diff -------------------------------------------------------------------------------------------
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(regressions, improvements, other changes) from old to new.
+
+    A regression is a defect key in new that old lacks, or a capability cell whose rank (RANK) rose.
+    A fixed defect or a cell whose rank fell is an improvement; anything else that changed (a cell to
+    or from "not applicable" / "not run", a row only one report has) is listed as other.
+    """
+    worse, better, other = [], [], []
+    old_d = {d["key"]: d for d in old.get("defects", [])}
+    new_d = {d["key"]: d for d in new.get("defects", [])}
+    worse += [f"new defect {d['id']} [{k}]: {d['class_title']}: {d['title']}" for k, d in new_d.items()
+              if k not in old_d]
+    better += [f"fixed defect {d['id']} [{k}]: {d['class_title']}: {d['title']}" for k, d in old_d.items()
+               if k not in new_d]
+    old_c = {c["id"]: c for c in old.get("capabilities", [])}
+    new_c = {c["id"]: c for c in new.get("capabilities", [])}
+    for key in dict.fromkeys([*old_c, *new_c]):
+        a, b = old_c.get(key), new_c.get(key)
+        if a is None or b is None:
+            other.append(f"row {key}: only in the {'new' if a is None else 'old'} report")
+            continue
+        if a["status"] == b["status"]:
+            continue
+        line = f"{b['group']}: {b['row']}: {a['status']} -> {b['status']}"
+        ra, rb = RANK.get(a["status"]), RANK.get(b["status"])
+        if ra is None or rb is None:
+            other.append(line)
+        elif rb > ra:
+            worse.append(line + (f" ({b['detail']})" if b["detail"] else ""))
+        elif rb < ra:
+            better.append(line)
+        else:
+            other.append(line)
+    return worse, better, other
