@@ -19,17 +19,22 @@ import os
 
 import torch
 from hypothesis import HealthCheck, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+
+from conformance.database import example_database
+from conformance.pinning import worker_gpu_env
+
+os.environ.update(worker_gpu_env())  # xdist worker -> its GPU, before kernel starts CUDA (conformance/pinning.py)
 
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
 from conformance.impls import test_device
 
 # conformance.session: --impl/--convention/--recipe, the implementations and recipes of the run, its
 # header and fixtures; conformance.stats: examples/s per property and kernel variants compiled.
-pytest_plugins = ["conformance.session", "conformance.stats"]
+# conformance.pinning: the GPU each test ran on; conformance.database: examples keyed by node id
+pytest_plugins = ["conformance.session", "conformance.stats", "conformance.pinning", "conformance.database"]
 
 DATABASE_DIR = os.environ.get("KVFP8_HYPOTHESIS_DB", ".hypothesis/examples")
-DATABASE = DirectoryBasedExampleDatabase(DATABASE_DIR)
+DATABASE = example_database()  # DATABASE_DIR, and the shared databases of docs/database.md
 _common = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("dev", max_examples=15, database=DATABASE, **_common)
