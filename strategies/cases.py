@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from hypothesis import event
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from strategies._cache import ints, sampled
 from strategies.case import Case
@@ -56,10 +57,30 @@ def cases(
     """
     from kernel import RECIPES  # imported here so that importing the strategies stays light
 
+    _check_arguments(recipes, RECIPES, allow_out_of_range, checked, size, max_overrides,
+                     (max_tokens, max_heads, max_dim))
     tup = lambda xs: None if xs is None else tuple(xs)  # hashable, for the cached strategies
     return _cases(max_tokens, max_heads, max_dim, tuple(recipes) if recipes else tuple(RECIPES),
                   allow_out_of_range, size, contiguous, tup(input_dtypes), tup(cache_dtypes), tup(loc_dtypes),
                   tup(input_ranks), tup(cache_ranks), tup(scale_kinds), padding, max_overrides, checked)
+
+
+def _check_arguments(recipes: Sequence[str] | None, known: object, allow_out_of_range: bool, checked: bool | None,
+                     size: str, max_overrides: int, limits: tuple[int | None, ...]) -> None:
+    """Reject contradictory or unknown arguments when the strategy is built, as Hypothesis's own do."""
+    if checked and allow_out_of_range:
+        raise InvalidArgument("cases(checked=True, allow_out_of_range=True): a checked call raises on an "
+                              "out-of-range slot, so such a Case is not valid; pass one or the other")
+    unknown = [r for r in recipes or () if r not in known]
+    if unknown:
+        raise InvalidArgument(f"cases(recipes=...): unknown recipes {unknown}; known: {sorted(known)}")
+    if recipes is not None and not recipes:
+        raise InvalidArgument("cases(recipes=()): give at least one recipe, or None for every recipe")
+    if size not in ("small", "large"):
+        raise InvalidArgument(f"cases(size={size!r}): must be 'small' or 'large'")
+    if max_overrides < 0 or any(n is not None and n < 0 for n in limits):
+        raise InvalidArgument(f"cases(): max_overrides={max_overrides} and max_tokens/max_heads/max_dim={limits} "
+                              "must be >= 0")
 
 
 @lru_cache(maxsize=256)
@@ -89,8 +110,6 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
     out_of_range = any(s >= num_slots for s in loc)
     if checked is None:
         checked = not out_of_range and draw(ints(0, 3), label="checked") == 3
-    elif checked and out_of_range:
-        raise ValueError("cases(checked=True) cannot be combined with out-of-range entries (they raise)")
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
     extra = draw(override_lists(n.num_tokens, n.num_heads, n.head_dim, dt.input_dtype, k_scale, v_scale,
                                 recipe, max_overrides), label="overrides")

@@ -212,10 +212,13 @@ def run_one(mutant: Mutant | None, modules: list[str], budget: float, profile: s
             return Result(label, "survived", seconds=seconds)
         if runner == "memcheck" and any(error_counts(out)):
             return Result(label, "killed", test or "compute-sanitizer memcheck", message or tail, seconds, saved)
-        if rc in (1, 2) and test:
+        if rc == 1 and test:  # pytest's "tests failed": a real failing test, named in the JUnit XML
             return Result(label, "killed", test, message, seconds, saved)
-        # No failing test recorded: a crash (segfault from a wild write, a collection error, ...).
-        return Result(label, "killed", test or f"(crash, exit {rc})", message or tail, seconds, saved)
+        if rc < 0:  # the test process died of a signal (a segfault from a wild write): the mutant did it
+            return Result(label, "killed", test or f"(crash, signal {-rc})", message or tail, seconds, saved)
+        # 2 interrupted, 3 internal error, 4 usage error, 5 no tests: the harness, not a kill.
+        return Result(label, "broken", test, f"pytest exit {rc} with no failing test: {message or tail}", seconds,
+                      saved)
 
 
 # -- reporting -------------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""The suite's own helpers: where a byte sits, which bytes a call writes, the value hash, strategy
+arguments, and the committed H200 red run, which must still replay to its recorded report."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from conformance.bytediff import locate
+from conformance.cachemap import buffer_size, byte_index, written_mask, written_slots
+from strategies import cases
+from strategies.build import GUARD_BYTES, hash32
+from strategies.case import Case, Layout
+from tools import repro
+
+RED_RUN = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200-red-run-2026-12-02.json"
+M32 = 0xFFFFFFFF
+
+
+def _lowbias32(x: int) -> int:
+    """Wellons' lowbias32 in plain Python integers: an independent statement of strategies.build.hash32."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & M32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & M32
+    return x ^ (x >> 16)
+
+
+def test_value_hash_is_lowbias32_and_stable():
+    xs = [0, 1, 2, 3, 0x7FFFFFFF, 0x80000000, M32, 123456789, 2**31 + 12345]
+    got = hash32(torch.tensor(xs, dtype=torch.int64)).tolist()
+    assert got == [_lowbias32(x) for x in xs]
+    # Failure files (format 2) rebuild their values from these: a change here breaks every saved Case.
+    assert got[1:3] == [1753845952, 3507691905] and got[7] == 2834422664
+
+
+@st.composite
+def _layout_cases(draw: st.DrawFn) -> Case:
+    shape = (draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 5)))
+    layout = Layout(tuple(draw(st.permutations(range(4)))), tuple(draw(st.lists(st.integers(0, 2), min_size=4,
+                                                                                 max_size=4))),
+                    draw(st.integers(1, 3)), draw(st.integers(0, 5)))
+    slots = shape[0] * shape[1]
+    locs = tuple(draw(st.lists(st.integers(-2, slots + 2), min_size=1, max_size=4)))
+    return Case(num_tokens=len(locs), num_heads=shape[2], head_dim=shape[3], page_size=shape[1], num_pages=shape[0],
+                cache_loc=locs, k_cache_layout=layout)
+
+
+@given(_layout_cases())
+def test_locate_inverts_the_strided_view(case: Case):
+    """locate (divmod over the layout) and byte_index (torch.as_strided) agree on every byte."""
+    index = byte_index(case, "k_cache")
+    inside = {}
+    for p, o, h, d in itertools.product(*(range(n) for n in case.cache_shape)):
+        inside[int(index[p, o, h, d])] = (p, o, h, d)
+    for flat in range(buffer_size(case, "k_cache")):
+        pos = locate(case, "k_cache", flat)
+        if flat in inside:
+            assert (pos.region, (pos.page, pos.offset, pos.head, pos.dim)) == ("view", inside[flat])
+        else:
+            guard = "guard-before" if flat < GUARD_BYTES else "guard-after" \
+                if flat >= buffer_size(case, "k_cache") - GUARD_BYTES else "gap"
+            assert pos.region == guard, (flat, pos)
+
+
+@given(_layout_cases())
+def test_written_mask_is_the_named_in_range_slots(case: Case):
+    mask = written_mask(case, "k_cache")
+    slots = set(written_slots(case))
+    assert slots == {s for s in case.cache_loc if 0 <= s < case.num_slots}
+    for flat in range(mask.numel()):
+        pos = locate(case, "k_cache", flat)
+        assert bool(mask[flat]) == (pos.region == "view" and pos.slot(case.page_size) in slots), (flat, pos)
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    (dict(checked=True, allow_out_of_range=True), "checked=True, allow_out_of_range=True"),
+    (dict(recipes=("nope",)), "unknown recipes"),
+    (dict(recipes=()), "at least one recipe"),
+    (dict(size="huge"), "'small' or 'large'"),
+    (dict(max_tokens=-1), "must be >= 0"),
+])
+def test_cases_rejects_bad_arguments_when_built(kwargs, says):
+    with pytest.raises(InvalidArgument, match=says):
+        cases(**kwargs)  # no draw: the strategy itself refuses
+
+
+def test_committed_h200_red_run_replays_its_recorded_report():
+    """A GPU failure file from 2026-12-02, replayed on this machine: the same report, exit 1."""
+    record = json.loads(RED_RUN.read_text())
+    spec = record["impl"]["name"]  # examples/broken_impl.py:..., relative to the repository root
+    args = repro._parser().parse_args([str(RED_RUN), "--impl", str(RED_RUN.parent.parent.parent / spec)])
+    out = io.StringIO()
+    rc = repro.replay(str(RED_RUN), args, out)
+    assert rc == 1 and record["report"] in out.getvalue(), out.getvalue()
