@@ -10,7 +10,6 @@ are byte offsets.
 from __future__ import annotations
 
 import torch
-from hypothesis import strategies as st
 
 from strategies.build import GUARD_BYTES, Built
 from strategies.case import Case, Layout
@@ -74,18 +73,3 @@ def first_duplicates_only(case: Case) -> Case:
         if in_range:
             seen.add(s)
     return case.replace(cache_loc=tuple(locs))
-
-
-@st.composite
-def strided_layouts(draw: st.DrawFn, rank: int, label: str, gaps: bool = False) -> Layout:
-    """A padded, permuted, offset, stepped layout (never the contiguous one), any rank.
-
-    With gaps=True there are always unused elements inside the span (a step or some padding).
-    """
-    order = tuple(draw(st.permutations(range(rank)), label=f"{label}.order"))
-    extra = tuple(draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank), label=f"{label}.extra"))
-    step = draw(st.integers(1, 3), label=f"{label}.step")
-    offset = draw(st.integers(0, 7), label=f"{label}.offset")
-    if step == 1 and not any(extra) and (gaps or order == tuple(range(rank))):
-        step = 2  # keep it strided: the contiguous layout is the other side of the comparison
-    return Layout(order, extra, step, offset)

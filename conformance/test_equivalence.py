@@ -13,11 +13,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.cachemap import CACHES, first_duplicates_only, logical_slots, strided_layouts, written_slots
+from conformance.cachemap import CACHES, first_duplicates_only, logical_slots, written_slots
 from conformance.harness import execute, fail
 from conformance.impls import Implementation
 from strategies.build import build
 from strategies.case import Case, Layout
+from strategies.layouts import strided_layouts
 
 CONTIGUOUS = dict(k_layout=Layout.contiguous(3), v_layout=Layout.contiguous(3),
                   k_cache_layout=Layout.contiguous(4), v_cache_layout=Layout.contiguous(4), loc_step=1)

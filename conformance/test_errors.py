@@ -29,7 +29,7 @@ from conformance.harness import fail
 from conformance.impls import Implementation, Inexpressible
 from kernel import naive_fp8_set_kv_buffer
 from strategies.build import Built, build
-from strategies.case import Case, Scale
+from strategies.cases import small_cases
 
 ARGS = ("k", "v", "k_cache", "v_cache", "cache_loc", "k_scale", "v_scale", "page_size")
 Call = dict  # argument name -> value; "recipe" and "checked" too
@@ -182,20 +182,6 @@ MUTATIONS = [
     Mutation("checked-type", TypeError, r"checked must be a bool",
              _set("checked", lambda c, b, d: d.draw(st.sampled_from((1, "yes", None)), label="checked"))),
 ]
-
-
-@st.composite
-def small_cases(draw: st.DrawFn) -> Case:
-    """A small valid Case (validation does not depend on size): 1..4 tokens, 4-D caches."""
-    t = draw(st.integers(1, 4), label="num_tokens")
-    ps = draw(st.sampled_from((1, 4)), label="page_size")
-    pages = -(-t // ps) + 1
-    locs = draw(st.lists(st.integers(0, pages * ps - 1), min_size=t, max_size=t, unique=True), label="cache_loc")
-    return Case(num_tokens=t, num_heads=draw(st.integers(1, 3), label="num_heads"),
-                head_dim=draw(st.sampled_from((4, 16)), label="head_dim"), page_size=ps, num_pages=pages,
-                cache_loc=tuple(locs), input_dtype=draw(st.sampled_from(("bfloat16", "float16")), label="dtype"),
-                k_scale=Scale("float", 0.5), v_scale=Scale("tensor1", 2.0),
-                seed=draw(st.integers(0, 2**16), label="seed"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

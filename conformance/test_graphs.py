@@ -34,8 +34,7 @@ from strategies import Case, Scale
 from strategies.build import Built, build
 from strategies.case import SCALE_KINDS
 from strategies.fp import FP32, f32
-from strategies.locations import cache_locs
-from strategies.scales import scale_values
+from strategies.replay import new_contents, writing_cases
 
 pytestmark = [
     pytest.mark.cuda,
@@ -49,38 +48,10 @@ EXAMPLES = max(10, settings().max_examples // 5)
 graph_settings = settings(max_examples=EXAMPLES)
 
 
-def _writes_something(case: Case) -> bool:
-    """At least one token has an in-range slot, so replaying the graph must change the caches."""
-    return any(0 <= s < case.num_slots for s in case.cache_loc)
-
-
-@st.composite
-def graph_cases(draw: st.DrawFn, impl: Implementation, scale_kind: str | None = None) -> Case:
-    """A Case a graph can hold: checked=False (the range check syncs), at least one write."""
+def graph_cases(impl: Implementation, scale_kind: str | None = None) -> st.SearchStrategy[Case]:
+    """A Case a graph of impl can hold: checked=False (the range check syncs), at least one write."""
     kinds = None if scale_kind is None else (scale_kind,)
-    case = draw(impl.cases(size="large", checked=False, allow_out_of_range=True, scale_kinds=kinds),
-                label="case")
-    assume(_writes_something(case))
-    return case
-
-
-@st.composite
-def new_contents(draw: st.DrawFn, case: Case) -> Case:
-    """The same shapes, layouts, dtypes and scale kinds; new data, slots and tensor-scale values.
-
-    A float scale keeps its value: the graph holds it as a constant. A None scale stays None.
-    """
-    def rescale(scale: Scale, name: str) -> Scale:
-        if scale.kind in ("tensor0d", "tensor1"):
-            return Scale(scale.kind, draw(scale_values(), label=f"new_{name}_value"))
-        return scale
-
-    return case.replace(
-        seed=draw(st.integers(0, 2**32 - 1), label="new_seed"),
-        cache_loc=draw(cache_locs(case.num_tokens, case.num_slots, case.page_size, case.loc_dtype,
-                                  allow_out_of_range=True), label="new_cache_loc"),
-        k_scale=rescale(case.k_scale, "k_scale"), v_scale=rescale(case.v_scale, "v_scale"),
-    )
+    return writing_cases(impl.cases(size="large", checked=False, allow_out_of_range=True, scale_kinds=kinds))
 
 
 def _call(impl: Implementation, built: Built) -> Callable[[], None]:

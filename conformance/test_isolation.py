@@ -12,13 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.bytediff import diff_buffers
-from conformance.cachemap import CACHES, guard_mask, logical_slots, strided_layouts, written_mask
+from conformance.cachemap import CACHES, guard_mask, logical_slots, written_mask
 from conformance.harness import check_case, execute, fail
 from conformance.impls import Implementation
 from kernel.plan import make_plan
 from kernel.reference import quantize
 from strategies.build import INPUT_GUARD, POISON_BITS, Built, build
 from strategies.case import Case
+from strategies.layouts import strided_layouts
 
 
 def _run(case: Case, impl: Implementation, device: torch.device) -> tuple[Built, dict[str, torch.Tensor]]:

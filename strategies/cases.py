@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from strategies._cache import ints, sampled
-from strategies.case import Case
+from strategies.case import Case, Scale
 from strategies.dims import Size, dims
 from strategies.dtypes import dtypes
 from strategies.layouts import cache_layouts, input_layouts, loc_steps
@@ -125,3 +125,18 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
         loc_step=loc_step, k_scale=k_scale, v_scale=v_scale, seed=seed, overrides=extra, recipe=recipe,
         checked=checked,
     )
+
+
+@st.composite
+def small_cases(draw: st.DrawFn) -> Case:
+    """A small valid Case for argument checks (validation does not depend on size): 1..4 tokens in
+    distinct in-range slots, 4-D caches, a float K scale and a 1-element V scale. Shrinks to one token."""
+    t = draw(st.integers(1, 4), label="num_tokens")
+    ps = draw(st.sampled_from((1, 4)), label="page_size")
+    pages = -(-t // ps) + 1
+    locs = draw(st.lists(st.integers(0, pages * ps - 1), min_size=t, max_size=t, unique=True), label="cache_loc")
+    return Case(num_tokens=t, num_heads=draw(st.integers(1, 3), label="num_heads"),
+                head_dim=draw(st.sampled_from((4, 16)), label="head_dim"), page_size=ps, num_pages=pages,
+                cache_loc=tuple(locs), input_dtype=draw(st.sampled_from(("bfloat16", "float16")), label="dtype"),
+                k_scale=Scale("float", 0.5), v_scale=Scale("tensor1", 2.0),
+                seed=draw(st.integers(0, 2**16), label="seed"))

@@ -151,3 +151,18 @@ def loc_steps(contiguous: bool = False) -> st.SearchStrategy[int]:
 
 __all__ = ["CACHE_DIMS", "CACHE_KINDS", "INPUT_DIMS", "INPUT_KINDS", "cache_layouts", "input_layouts",
            "loc_steps", "tagged_layouts"]
+
+
+@st.composite
+def strided_layouts(draw: st.DrawFn, rank: int, label: str, gaps: bool = False) -> Layout:
+    """A padded, permuted, offset, stepped layout (never the contiguous one), any rank.
+
+    With gaps=True there are always unused elements inside the span (a step or some padding).
+    """
+    order = tuple(draw(st.permutations(range(rank)), label=f"{label}.order"))
+    extra = tuple(draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank), label=f"{label}.extra"))
+    step = draw(st.integers(1, 3), label=f"{label}.step")
+    offset = draw(st.integers(0, 7), label=f"{label}.offset")
+    if step == 1 and not any(extra) and (gaps or order == tuple(range(rank))):
+        step = 2  # keep it strided: the contiguous layout is the other side of the comparison
+    return Layout(order, extra, step, offset)
