@@ -13,7 +13,7 @@ JOBS   ?= auto
 # `torch` requirement would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install test lint throughput repro identify mutants sanitize bigcache sweep-fp32 bench
+.PHONY: install test lint throughput repro identify mutants sanitize bigcache sweep-fp32 bench conformance conformance-diff fuzz
 
 install:
 	@$(BOOTSTRAP_PYTHON) -m venv $(VENV) || { \
@@ -64,3 +64,21 @@ bench:
 N ?= 300
 throughput:
 	$(PYTHON) -m tools.throughput -n $(N)
+
+# A conformance report for any implementation (docs/conformance.md): capability table and defects as
+# reports/conformance/<name>.md and .json (into $OUT when set); exit 0 only when there is no defect.
+# make conformance IMPL=path/to/file.py:fn [CONVENTION=sglang|vllm|kvfp8] [RECIPE=auto|NAME]
+#                  [ENCODER=hardware|software] [CONFORMANCE_ARGS="--families ... --examples N"]
+conformance:
+	@test -n "$(IMPL)" || { echo "usage: make conformance IMPL=path/to/file.py:fn [CONVENTION=...] [RECIPE=auto|NAME] [ENCODER=...]"; exit 2; }
+	$(PYTHON) -m tools.conformance $(IMPL) $(if $(CONVENTION),--convention $(CONVENTION)) $(if $(RECIPE),--recipe $(RECIPE)) $(if $(ENCODER),--encoder $(ENCODER)) $(CONFORMANCE_ARGS)
+
+# What got worse (exit 1) or better between two JSON reports: make conformance-diff OLD=a.json NEW=b.json
+conformance-diff:
+	@test -n "$(OLD)" -a -n "$(NEW)" || { echo "usage: make conformance-diff OLD=old.json NEW=new.json"; exit 2; }
+	$(PYTHON) -m tools.conformance_diff $(OLD) $(NEW)
+
+# HypoFuzz campaign over every property (tools/fuzz.py, docs/fuzz.md): one process per GPU, pinned to it, else one
+# per core; the project's example database. make fuzz [FUZZ_ARGS="--minutes 60 -n 4 --dashboard conformance/x.py"]
+fuzz:
+	$(PYTHON) -m tools.fuzz $(FUZZ_ARGS)

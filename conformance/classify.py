@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from conformance.cachemap import CACHES, byte_index, first_duplicates_only, guard_mask, written_mask
+from conformance.cachemap import CACHES, byte_index, guard_mask, written_mask
 from conformance.harness import run_impl, run_reference
 from conformance.impls import Implementation
 from kernel import RECIPES
@@ -207,23 +207,28 @@ def _recipes_matching(rows: _Rows, slots: list[int], mask: torch.Tensor, held: s
     return [r for r in RECIPES if r != held and bool((rows.q(r)[toks] == actual)[mask].all())]
 
 
-def _scale_variant(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str) -> tuple[str, str] | None:
-    """(key, title) when the bytes are the held recipe's under another scale."""
+def _scale_variants(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str) -> list[str]:
+    """The keys of the scale variants (None, the other cache's scale, 1/s) under which the held
+    recipe's bytes equal the actual ones at every masked position."""
     toks = [rows.writers[s][-1] for s in slots]
     actual = torch.stack([rows.row(rows.act, s) for s in slots])
     own = _scale_value(rows.scale)
-    name = "k_scale" if rows.which == "k_cache" else "v_scale"
-    variants = [(1.0, "scale:ignored", f"ignores a scale: writes {rows.which} as if {name} were None"),
-                (_scale_value(rows.other), "scale:swapped", f"writes {rows.which} with the other cache's scale"),
-                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted",
-                 f"multiplies {rows.which} by {name} instead of dividing by it")]
-    for value, key, title in variants:
-        if value is None or value == own or not (0 < value < float("inf")):
-            continue
-        for recipe in dict.fromkeys((held, *RECIPES)):
-            if bool((rows.q(recipe, value)[toks] == actual)[mask].all()):
-                return key, title
-    return None
+    variants = [(1.0, "scale:ignored"), (_scale_value(rows.other), "scale:swapped"),
+                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted")]
+    return [key for value, key in variants
+            if value is not None and value != own and 0 < value < float("inf")
+            and bool((rows.q(held, value)[toks] == actual)[mask].all())]
+
+
+def explanation_title(key: str, rows: _Rows) -> str:
+    """The title of a rounding or scale finding, by its explanation key."""
+    which = rows.which
+    name = "k_scale" if which == "k_cache" else "v_scale"
+    if key.startswith("rounding:"):
+        return f"computes {key.split(':', 1)[1]} where {rows.case.recipe} is asked"
+    return {"scale:ignored": f"ignores a scale: writes {which} as if {name} were None",
+            "scale:swapped": f"writes {which} with the other cache's scale",
+            "scale:inverted": f"multiplies {which} by {name} instead of dividing by it"}[key]
 
 
 def _encoding(e: torch.Tensor, a: torch.Tensor) -> list[Finding]:
@@ -294,14 +299,14 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
     if not rest.any():
         return findings
     recipes = _recipes_matching(rows, value_slots, rest, held)
-    if recipes:
-        findings.append(Finding("rounding", "rounding", f"computes {recipes[0]} where {held} is asked",
-                                facts={**where, "recipes": recipes}))
-        return findings
-    scaled = _scale_variant(rows, value_slots, rest, held)
-    if scaled:
-        findings.append(Finding("scale", scaled[0], scaled[1], facts={**where, "other_kind": (
-            case.v_scale if which == "k_cache" else case.k_scale).kind}))
+    scales = _scale_variants(rows, value_slots, rest, held)
+    if recipes or scales:  # every explanation is kept: the report picks, over the run, the one that explains most
+        explanations = [f"rounding:{r}" for r in recipes] + scales
+        cls = "rounding" if recipes else "scale"
+        other_kind = (case.v_scale if which == "k_cache" else case.k_scale).kind
+        findings.append(Finding(cls, "rounding" if recipes else scales[0], explanation_title(explanations[0], rows),
+                                facts={**where, "recipes": recipes, "explanations": explanations,
+                                       "other_kind": other_kind}))
         return findings
     edge = rest & torch.isin(e, torch.tensor(EDGE_BYTES, dtype=e.dtype)) & torch.isin(a, torch.tensor(EDGE_BYTES,
                                                                                                      dtype=a.dtype))
@@ -351,7 +356,7 @@ def classify_result(case: Case, expected: Built, actual: Built, error: str | Non
 def dedupe(findings: list[Finding]) -> list[Finding]:
     seen: dict[str, Finding] = {}
     for f in findings:
-        seen.setdefault(f.key if f.cls != "rounding" else f"rounding:{','.join(f.facts['recipes'])}", f)
+        seen.setdefault(f"{f.key}:{','.join(f.facts.get('explanations', []))}", f)
     return list(seen.values())
 
 
@@ -462,9 +467,18 @@ def _equivalence_variants(test: str, case: Case) -> list[Case]:
     return [case] + ([case.replace(**other)] if other else [])
 
 
-def _last_duplicates_only(case: Case) -> Case:
-    rev = first_duplicates_only(case.replace(cache_loc=tuple(reversed(case.cache_loc))))
-    return case.replace(cache_loc=tuple(reversed(rev.cache_loc)))
+def unique_slots(case: Case) -> Case:
+    """The Case with each repeated in-range slot after its first token moved to a new slot past the
+    end (pages are added): the same values, every token written, no slot shared."""
+    seen: set[int] = set()
+    locs, fresh = [], case.num_slots
+    for s in case.cache_loc:
+        if 0 <= s < case.num_slots and s in seen:
+            s, fresh = fresh, fresh + 1
+        seen.add(s)
+        locs.append(s)
+    pages = max(case.num_pages, -(-fresh // case.page_size))
+    return case.replace(cache_loc=tuple(locs), num_pages=pages)
 
 
 def _with_case(findings: list[Finding], path: str | None, case: Case | None, replayable: bool = True) -> list[Finding]:
@@ -497,13 +511,16 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
     if module == "test_errors":
         mutation = params.get("mutation", "?")
         if not conformance:
-            title = f"{mutation}: raises {kind} ({normalize(message, 80)}), not a TypeError/ValueError naming it"
+            how, title = "other-exception", f"{mutation}: raises {kind} ({normalize(message, 80)})"
         elif "does not validate" in what:
-            title = f"{mutation}: {what.split(':', 1)[0]}"
+            how, title = "accepted", f"{mutation}: {what.split(':', 1)[0]}"
+        elif "without naming it" in what:
+            how, title = "unnamed", f"{mutation}: {what.rstrip(':')}"
+        elif "before raising" in what:
+            how, title = "writes", f"{mutation}: {what.rstrip(':')}"
         else:
-            title = f"{mutation}: {what.rstrip(':')}"
-        return [Finding("validation", f"validation:{mutation}", title, replayable=False,
-                        facts={"mutation": mutation})]
+            how, title = "wrong-error", f"{mutation}: {what.rstrip(':')}"
+        return [Finding("validation", f"validation:{how}", title, replayable=False, facts={"mutation": mutation})]
     if kind.startswith(("Flaky", "FailedHealthCheck", "Unsatisfiable", "DeadlineExceeded", "HypothesisException",
                         "InvalidArgument")):
         return [Finding("unclassified", f"unclassified:{kind}", f"Hypothesis: {kind}: {normalize(message, 100)}",
@@ -550,10 +567,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return _with_case([Finding("wrong-bytes", "wrong-bytes:inconsistent", f"{what.rstrip(':')} (each side "
                                    "alone matches the reference)")], path, case, replayable=False)
     if test == "test_duplicate_slots_hold_one_tokens_bytes":
-        for variant in (first_duplicates_only(case), _last_duplicates_only(case)):
-            found = classify_case(variant, impl, device)
-            if found:
-                return _with_case(found, path, case, replayable=False)
+        found = classify_case(unique_slots(case), impl, device)
+        if found:
+            return _with_case(found, path, case, replayable=False)
         return _with_case([Finding("wrong-slot", "wrong-slot:shared", "a slot named by several tokens holds a byte "
                                    "none of them writes")], path, case, replayable=False)
     found = classify_case(case, impl, device)

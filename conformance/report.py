@@ -25,7 +25,14 @@ SCHEMA = "kvfp8-conformance-report/1"
 #: How bad a cell is; a cell whose rank rises between two reports is a regression. Unranked: n/a, not run.
 RANK = {"conforms": 0, "validates": 0, "does not validate": 1, "raises": 2, "wrong bytes": 3, "writes outside": 4,
         "crashes": 5}
+#: Ties between explanations: the simpler one first.
+PREFERENCE = ["scale:ignored", "scale:swapped", "scale:inverted"] + [f"rounding:{r}" for r in RECIPES]
 GROUP_TITLES = {
+    "validation:accepted": "accepts an invalid argument (the call does not raise)",
+    "validation:other-exception": "rejects an invalid argument with an exception other than TypeError/ValueError",
+    "validation:unnamed": "rejects an invalid argument without naming it",
+    "validation:writes": "writes the cache before rejecting an invalid argument",
+    "validation:wrong-error": "rejects an invalid argument with another error type or message than the contract's",
     "scale:ignored": "ignores a scale: writes a cache as if its scale were None",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
@@ -111,19 +118,47 @@ def _first(text: str) -> str:
     return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:160]
 
 
-def _cover(findings: list[Finding]) -> None:
-    """Give each rounding finding the key of one recipe, preferring recipes that explain many."""
-    todo = [f for f in findings if f.cls == "rounding" and f.key == "rounding"]
+def _greedy(todo: list[Finding], assigned: Counter) -> None:
     while todo:
-        counts = Counter(r for f in todo for r in f.facts.get("recipes", []))
-        if not counts:
-            for f in todo:
-                f.key = "rounding:unknown"
-            return
-        best = max(RECIPES, key=lambda r: (counts.get(r, 0), -list(RECIPES).index(r)))
-        for f in [f for f in todo if best in f.facts.get("recipes", [])]:
-            f.key = f"rounding:{best}"
+        counts = Counter(e for f in todo for e in f.facts["explanations"])
+        best = max(counts, key=lambda e: (counts[e], -PREFERENCE.index(e) if e in PREFERENCE else -99))
+        for f in [f for f in todo if best in f.facts["explanations"]]:
+            f.key, f.cls = best, best.split(":", 1)[0]
+            assigned[best] += 1
             todo.remove(f)
+
+
+def _cover(findings: list[Finding]) -> None:
+    """Give each rounding or scale finding one of its explanations (`facts["explanations"]`).
+
+    Findings explained by one class only (recipes, or scales) go first, greedily to the explanation
+    that explains the most of them (ties: PREFERENCE). A finding that a recipe and a scale explain
+    alike (a tiny scale writes zeros both ways) then joins the explanation already given to most
+    findings, so it never decides the recipe. An implementation that always divides has one rounding
+    defect; the recipes that no Case of the run told apart are named in the defect's detail.
+    """
+    todo = [f for f in findings if f.facts.get("explanations")]
+    pure = [f for f in todo if len({e.split(":", 1)[0] for e in f.facts["explanations"]}) == 1]
+    mixed = [f for f in todo if f not in pure]
+    assigned: Counter = Counter()
+    _greedy(pure, assigned)
+    rest = []
+    for f in mixed:
+        known = [e for e in f.facts["explanations"] if assigned[e]]
+        if known:
+            best = max(known, key=lambda e: (assigned[e], -PREFERENCE.index(e) if e in PREFERENCE else -99))
+            f.key, f.cls = best, best.split(":", 1)[0]
+        else:
+            rest.append(f)
+    _greedy(rest, assigned)
+
+
+def _indistinguishable(key: str, group: list[Finding]) -> list[str]:
+    """The other explanations that every finding of the group also has."""
+    sets = [set(f.facts.get("explanations", [])) for f in group]
+    if not sets or not all(sets):
+        return []
+    return [e for e in PREFERENCE if e != key and all(e in s for s in sets)]
 
 
 def _where(f: Finding) -> str:
@@ -191,6 +226,9 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
         wheres = sorted({w for w in map(_where, group) if w})
         detail = ("seen in: " + "; ".join(wheres[:6]) + (f"; and {len(wheres) - 6} more" if len(wheres) > 6 else "")
                   if wheres else "")
+        alike = _indistinguishable(key, group)
+        if alike:
+            detail += ("; " if detail else "") + "no case of the run tells it from " + ", ".join(alike)
         d = Defect(f"D{i}", key, group[0].cls, _title(key, group), cell, tests, group, detail)
         owner = {id(f): t for t, f in pairs}
         with_case = [f for f in group if f.case_file and Path(f.case_file).is_file()]
@@ -239,14 +277,18 @@ def cell_for(row: InputClass, nodes: dict[str, Node], defects: list[Defect], ran
         keys = {f.key for n in failed for f in n.findings}
         found = [d for d in defects if d.key in keys]
         status = max((d.cell for d in found), key=lambda c: RANK.get(c, 0)) if found else "wrong bytes"
-        detail = "; ".join(f"{d.id} {d.title}" for d in found)
+        if argument:  # the argument's own finding says how (the defect groups several arguments)
+            ids = {d.key: d.id for d in found}
+            detail = "; ".join(dict.fromkeys(f"{ids.get(f.key, '?')} {f.title}" for n in failed for f in n.findings))
+        else:
+            detail = "; ".join(f"{d.id} {d.title}" for d in found)
         return {**out, "status": status, "detail": detail, "defects": [d.id for d in found]}
     passed = [n for n in mine if n.outcome == "passed"]
     if passed:
         return {**out, "status": "validates" if argument else "conforms", "detail": ""}
     reason = next((n.skip for n in mine if n.skip), "skipped")
-    if "CUDA" in reason or "cuda" in reason:
-        reason = f"needs CUDA ({reason})"
+    if "CUDA" in reason and not reason.startswith("needs CUDA"):
+        reason = f"needs CUDA: {reason}"
     return {**out, "status": "not applicable", "detail": reason}
 
 
@@ -289,7 +331,7 @@ def markdown(r: dict[str, Any]) -> str:
              f"**Verdict: {r['verdict']}.**", "", "| | |", "|---|---|",
              f"| implementation | `{impl['spec']}` |",
              f"| convention | {impl['convention']} |",
-             f"| recipe | {recipe['held'] or 'every recipe (told with recipe=)'}: {recipe['note']} |",
+             f"| recipe | {recipe['held'] + ': ' if recipe['held'] else ''}{recipe['note']} |",
              f"| device | {env['device']}: {env['backend']} |",
              f"| encoder | {impl.get('encoder') or 'not applicable (not the fused kernel)'} |",
              f"| versions | torch {env['torch']}, triton {env['triton']}, Python {env['python']}, hypothesis "

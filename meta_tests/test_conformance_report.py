@@ -1,0 +1,92 @@
+"""tools.conformance end to end on a small planted-defect implementation (meta_tests/planted_impl.py), on
+the CPU: its exact defect list, the capability rows that show them, the replay of a defect's case, and
+conformance-diff's verdict. Kept small (the probes, bit-exact and isolation with few examples, no xdist).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.report import diff
+from tools import conformance_diff
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED = "meta_tests/planted_impl.py:fused_fp8_set_kv_buffer"
+EXPECTED = {"outside:padding": "writes outside", "encoding:nan-sign": "wrong bytes", "scale:ignored": "wrong bytes"}
+ROWS = {"padding": "writes outside", "special-values": "wrong bytes", "v_scale-float": "wrong bytes"}
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KVFP8_", "HYPOTHESIS_"))}
+    env.update(OMP_NUM_THREADS="1", KVFP8_HYPOTHESIS_DB=str(tmp_path / "db"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    out = tmp_path_factory.mktemp("conformance")
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.conformance", PLANTED, "--out", str(out), "--jobs", "1",
+         "--families", "capabilities,bit_exact,isolation,graphs,bigcache", "--examples", "5", "--probe-examples",
+         "3"], cwd=ROOT, env=_env(out), capture_output=True, text=True, timeout=300)
+    path = out / "planted_impl.fused_fp8_set_kv_buffer.json"
+    assert path.exists(), done.stdout + done.stderr
+    return done, json.loads(path.read_text()), out
+
+
+def test_exact_defects_and_exit_status(run):
+    done, report, out = run
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = {d["key"]: d["cell"] for d in report["defects"]}
+    assert found == EXPECTED, json.dumps(report["defects"], indent=1)
+    assert report["recipe"]["held"] == "divide", report["recipe"]
+    assert "# Conformance report" in done.stdout and (out / "planted_impl.fused_fp8_set_kv_buffer.md").exists()
+
+
+def test_capability_rows(run):
+    _, report, _ = run
+    cells = {c["id"]: c for c in report["capabilities"]}
+    for row, status in ROWS.items():
+        assert cells[row]["status"] == status, cells[row]
+    wrong = {i: c["status"] for i, c in cells.items()
+             if c["group"] == "input classes" and i not in ROWS and not i.startswith(("graph-", "bigcache"))
+             and c["status"] != "conforms"}
+    assert not wrong, wrong
+    for row in ("graph-none", "graph-float", "graph-tensor0d", "graph-tensor1", "bigcache"):
+        assert cells[row]["status"] == "not applicable" and "needs CUDA" in cells[row]["detail"], cells[row]
+    assert cells["arg-aliased-caches"]["status"] == "not run", cells["arg-aliased-caches"]
+
+
+def test_each_defect_replays(run):
+    _, report, _ = run
+    for d in report["defects"]:
+        assert d["case"] and d["replay"] == f"python -m tools.repro {d['case']}", d
+        record = json.loads(Path(d["case"]).read_text())
+        done = subprocess.run([sys.executable, "-m", "tools.repro", d["case"], "--device", "cpu"], cwd=ROOT,
+                              env=_env(Path(d["case"]).parent), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert record["report"] in done.stdout and "the same as the recorded one" in done.stdout, done.stdout
+
+
+def test_diff_names_a_new_defect_and_a_worse_cell(run, tmp_path, capsys):
+    _, report, _ = run
+    old = copy.deepcopy(report)
+    old["defects"] = [d for d in old["defects"] if d["key"] != "scale:ignored"]
+    for c in old["capabilities"]:
+        if c["id"] == "v_scale-float":
+            c["status"], c["detail"] = "conforms", ""
+    worse, better, _ = diff(old, report)
+    assert any("scale:ignored" in w for w in worse) and any("v_scale" in w for w in worse), worse
+    assert not better
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(report))
+    assert conformance_diff.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 1
+    assert conformance_diff.main([str(tmp_path / "new.json"), str(tmp_path / "old.json")]) == 0
+    assert "REGRESSION" in capsys.readouterr().out

@@ -1,0 +1,48 @@
+"""Compare two conformance reports: `python -m tools.conformance_diff OLD.json NEW.json`
+(or `make conformance-diff OLD=... NEW=...`).
+
+Prints what got worse, what got better and what else changed (conformance.report.diff says how each
+is decided; docs/conformance.md too). Exit status: 1 when something got worse (a new defect, or a
+capability cell whose rank rose), 0 otherwise, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from conformance.report import SCHEMA, diff
+
+
+def _load(path: str) -> dict:
+    report = json.loads(Path(path).read_text())
+    if report.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a {SCHEMA} report (schema {report.get('schema')!r})")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.conformance_diff", description=__doc__.split("\n\n")[0])
+    p.add_argument("old", help="the earlier report (JSON)")
+    p.add_argument("new", help="the later report (JSON)")
+    args = p.parse_args(argv)
+    try:
+        old, new = _load(args.old), _load(args.new)
+    except (OSError, ValueError) as exc:
+        print(f"tools.conformance_diff: {exc}", file=sys.stderr)
+        return 2
+    if old["impl"]["name"] != new["impl"]["name"]:
+        print(f"note: comparing {old['impl']['name']} with {new['impl']['name']}")
+    worse, better, other = diff(old, new)
+    for title, lines in (("worse", worse), ("better", better), ("changed", other)):
+        print(f"{title} ({len(lines)}):")
+        for line in lines:
+            print(f"  {line}")
+    print(f"{'REGRESSION' if worse else 'no regression'}: {old['verdict']} -> {new['verdict']}")
+    return 1 if worse else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
