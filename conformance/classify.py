@@ -25,6 +25,7 @@ Classes (the key starts with the class):
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -503,6 +504,21 @@ def classify_failure(exc: BaseException, test: str, module: str, params: dict[st
     return findings
 
 
+def _eager_findings(message: str, impl: Implementation | None, device: torch.device | None) -> list[Finding]:
+    """The eager call's defects on the Case a graph report names ("case: {json}"), if any."""
+    start = message.find("case: {")
+    if impl is None or device is None or start < 0:
+        return []
+    try:
+        case, _ = json.JSONDecoder().raw_decode(message[start + len("case: "):])
+        found = classify_case(Case.from_dict(case), impl, device)
+    except Exception:  # a report cut short, or a Case this version cannot read: classify by the text
+        return []
+    for f in found:
+        f.replayable = False
+    return found
+
+
 def _classify(exc: BaseException, message: str, test: str, module: str, params: dict[str, Any],
               impl: Implementation | None, device: torch.device | None) -> list[Finding]:
     kind = type(exc).__name__
@@ -532,7 +548,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return [Finding("raises", f"raises:{kind}: {normalize(message)}", f"raises {kind}: {normalize(message)}",
                         replayable=False, facts={"exception": kind})]
     if module == "test_graphs":
-        return [_graph(what, message)]
+        eager = _eager_findings(message, impl, device)  # a replay wrong the way an eager call is: not the graph
+        return eager or [_graph(what, message)]
     if "modified its input" in what:
         name = what.split("modified its input ", 1)[1].split(" ", 1)[0]
         m = SAVED.search(message)

@@ -306,7 +306,14 @@ def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputC
                                                      ("passed", "failed", "skipped", "crashed")}}
     report["capabilities"] = capabilities
     report["defects"] = [d.to_dict() for d in defects]
-    report["verdict"] = "conforms" if not defects else f"{len(defects)} defect{'s' * (len(defects) != 1)}"
+    unrun = sum(c.get("status") == "not run" for c in capabilities)
+    if defects:
+        report["verdict"] = f"{len(defects)} defect{'s' * (len(defects) != 1)}"
+    elif unrun or not outcomes.get("passed"):  # "conforms" only for what was actually run, all of it
+        report["verdict"] = (f"incomplete: no defect in what ran, but {unrun} of {len(capabilities)} rows did "
+                             "not run (raise --budget)")
+    else:
+        report["verdict"] = "conforms"
     return report
 
 

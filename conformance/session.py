@@ -18,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 
 import pytest
+import torch
 from hypothesis import settings
 from hypothesis.internal.conjecture import engine
 
@@ -114,6 +116,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         method = "thread" if hasattr(config, "workerinput") else "signal"
         for item in items:
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S, method=method))
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """A CUDA context the implementation broke (an illegal address noticed only after the test, in a
+    graph replay, say) must not fail the next test: end this process, blaming the test that did it."""
+    if harness.cuda_context_lost(test_device()) if torch.cuda.is_initialized() else False:
+        message = (f"the CUDA context was lost during {item.nodeid}: an implementation error (an illegal memory "
+                   "access); this process cannot run another test")
+        print(message, file=sys.stderr, flush=True)
+        if harness.RUNNER == "xdist-worker":
+            os._exit(70)  # xdist reports this test as crashed and starts a fresh worker
+        pytest.exit(message, returncode=1)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
