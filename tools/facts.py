@@ -148,21 +148,22 @@ def cast_bits(x: torch.Tensor, dtype: torch.dtype) -> str:
     return "; ".join(out)
 
 
-def measure_cast(device: torch.device) -> list[Row]:
+def _cast_rows(prefix: str, values: tuple[str, ...], dtype: torch.dtype, device: torch.device) -> list[Row]:
+    """One row a named fp32 value: its bits, and the bits of its cast to `dtype`."""
     rows = []
-    for text in CAST_VALUES:
+    for text in values:
         x = fp32_value(text).to(device)
-        rows.append((f"cast/{text}", f"fp32 {text} (0x{bits(x)[0]:08X}) `.to(torch.float8_e4m3fn)`",
-                     cast_bits(x, torch.float8_e4m3fn)))
+        rows.append((f"{prefix}/{text}", f"fp32 {text} (0x{bits(x)[0]:08X}) `.to(torch.{str(dtype).split('.')[-1]})`",
+                     cast_bits(x, dtype)))
     return rows
 
 
+def measure_cast(device: torch.device) -> list[Row]:
+    return _cast_rows("cast", CAST_VALUES, torch.float8_e4m3fn, device)
+
+
 def measure_nan(device: torch.device) -> list[Row]:
-    rows = []
-    for text in FP32_BITS:
-        x = fp32_value(text).to(device)
-        rows.append((f"nan/bf16/{text}", f"fp32 {text} (0x{bits(x)[0]:08X}) `.to(torch.bfloat16)`",
-                     cast_bits(x, torch.bfloat16)))
+    rows = _cast_rows("nan/bf16", FP32_BITS, torch.bfloat16, device)
     neg = torch.tensor([-0x40], dtype=torch.int16).view(torch.bfloat16).to(device)  # 0xFFC0
     rows.append(("nan/e4m3/bf16 -nan", f"bf16 -nan (0x{bits(neg)[0]:04X}) `.to(torch.float8_e4m3fn)`",
                  cast_bits(neg, torch.float8_e4m3fn)))
