@@ -38,9 +38,10 @@ repro:
 identify:
 	$(PYTHON) -m tools.identify $(IMPL) $(IDENTIFY_ARGS)
 
-# Mutation testing (docs/mutants.md): make mutants [MUTANT_ARGS="--tier gpu -j 8 --budget 300 --only NAME"]
+# Mutation testing (docs/mutants.md): make mutants [MUTANTS_ARGS="--tier gpu -j 8 --budget 300 --only NAME"]
+MUTANTS_ARGS ?= $(MUTANT_ARGS)
 mutants:
-	$(PYTHON) -m tools.mutants $(MUTANT_ARGS)
+	$(PYTHON) -m tools.mutants $(MUTANTS_ARGS)
 
 # GPU memory safety (tools/sanitize.py): ci-sized properties under compute-sanitizer memcheck and
 # racecheck, instrumenting only the fused kernel; any error, or a red test, fails.
@@ -52,18 +53,21 @@ sanitize:
 bigcache:
 	$(PYTEST) -q -rs -p no:cacheprovider conformance/test_bigcache.py
 
-# Every fp32 bit pattern through the kernel (CUDA): make sweep-fp32 [SWEEP_ARGS="--scales 1.0,0.3"]
+# Every fp32 bit pattern through the kernel (CUDA): make sweep-fp32 [SWEEP_FP32_ARGS="--scales 1.0,0.3"]
+SWEEP_FP32_ARGS ?= $(SWEEP_ARGS)
 sweep-fp32:
-	$(PYTHON) -m tools.sweep_fp32 $(SWEEP_ARGS)
+	$(PYTHON) -m tools.sweep_fp32 $(SWEEP_FP32_ARGS)
 
 # Time the fused write on one CUDA GPU (CSV + PNG into $OUT or reports/): make bench [BENCH_ARGS=--quick]
 bench:
 	$(PYTHON) -m tools.bench $(BENCH_ARGS)
 
-# Bit-exact examples per second after warm-up, and kernel variants compiled: make throughput [N=300]
-N ?= 300
+# Bit-exact examples per second after warm-up, and kernel variants compiled: make throughput [EXAMPLES=300]
+# Every target's extra options are <TARGET>_ARGS (the old MUTANT_ARGS, SWEEP_ARGS and N still work).
+EXAMPLES ?= $(or $(N),300)
+THROUGHPUT_ARGS ?=
 throughput:
-	$(PYTHON) -m tools.throughput -n $(N)
+	$(PYTHON) -m tools.throughput --examples $(EXAMPLES) $(THROUGHPUT_ARGS)
 
 # A conformance report for any implementation (docs/conformance.md): capability table and defects as
 # reports/conformance/<name>.md and .json (into $OUT when set); exit 0 only when there is no defect.

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import os
 import statistics
 import sys
 import time
@@ -24,13 +23,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from tools import _cli
+from tools._cli import comma_list, out_dir, parser
+
 TOKENS = (1, 8, 64, 512, 4096, 16384, 32768)
 HEAD_SHAPES = ((8, 128), (32, 128), (8, 64), (4, 256), (8, 80))
 QUICK_TOKENS = (1, 64, 4096, 32768)
 QUICK_HEAD_SHAPES = ((8, 128), (4, 256))
 OTHER_TOKENS = (16384, 32768)  # recipes other than the default: enough to check the roofline target
 OTHER_DIMS = (64, 128, 256)
-ENCODERS = ("hardware", "software")
 L2_BYTES = 60 * 2**20  # H200; rotate buffers until the rotation set is several times this
 PAGE_SIZE = 16
 CALLS_PER_GRAPH = 10
@@ -114,23 +115,21 @@ def write_csv(rows: list[Row], path: Path) -> None:
 
 
 def output_dir() -> Path:
-    folder = Path(os.environ.get("OUT") or "reports")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return out_dir("reports")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
-    ints = lambda s: tuple(int(x) for x in s.split(",") if x)
-    shapes = lambda s: tuple(tuple(int(n) for n in hd.split("x")) for hd in s.split(",") if hd)
+    p = parser("bench", __doc__)
+    ints = lambda s: tuple(int(x) for x in comma_list()(s))
+    shapes = lambda s: tuple(tuple(int(n) for n in hd.split("x")) for hd in comma_list()(s))
     p.add_argument("--quick", action="store_true", help=f"T in {QUICK_TOKENS}, (H, D) in {QUICK_HEAD_SHAPES}, "
                    "default recipe only, fewer reps")
     p.add_argument("--tokens", type=ints, default=None, help=f"comma-separated T values (default: {TOKENS})")
     p.add_argument("--heads-dims", type=shapes, default=None, help="e.g. 8x128,4x256 (default: the issue's five)")
-    p.add_argument("--recipes", type=lambda s: tuple(s.split(",")), default=None,
+    p.add_argument("--recipes", type=comma_list(_cli.RECIPE_NAMES), default=None,
                    help="comma-separated recipes (default: all; the default recipe gets the full grid)")
     p.add_argument("--other-tokens", type=ints, default=OTHER_TOKENS, help="T values for non-default recipes")
-    p.add_argument("--encoders", type=lambda s: tuple(s.split(",")), default=ENCODERS)
+    p.add_argument("--encoders", type=comma_list(_cli.ENCODERS), default=_cli.ENCODERS)
     p.add_argument("--scale-kind", choices=("float", "tensor1", "tensor0d", "none"), default="float")
     p.add_argument("--scale", type=float, default=0.7)
     p.add_argument("--locs", choices=("random", "contiguous"), default="random",

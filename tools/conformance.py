@@ -35,9 +35,9 @@ import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA
 from conformance import report as reporting
 from conformance.capabilities import ROWS, argument_rows
 from conformance.conventions import CONVENTIONS, get_convention
-from conformance.impls import ENCODERS, FUSED_SPEC, _split, from_spec, test_device
-from kernel import RECIPES
+from conformance.impls import FUSED_SPEC, _split, from_spec, test_device
 from kernel.backend import ENCODER_ENV, describe, resolve_encoder
+from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("capabilities", "bit_exact", "isolation", "equivalence", "errors", "ties", "exhaustive", "graphs",
@@ -59,11 +59,11 @@ def report_name(spec: str, encoder: str | None) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.conformance", description=__doc__.split("\n\n")[0])
+    p = parser("conformance", __doc__)
     p.add_argument("impl", help="module:function or path/to/file.py:function (kernel:fused_fp8_set_kv_buffer for "
                                 "this repository's kernel)")
     p.add_argument("--convention", choices=sorted(CONVENTIONS), help="how to call it (default: from its signature)")
-    p.add_argument("--recipe", default="auto", choices=["auto", *RECIPES],
+    p.add_argument("--recipe", default="auto", choices=["auto", *RECIPE_NAMES],
                    help="the recipe to hold it to; auto (default): identify it (an implementation told recipe= "
                         "is held to every recipe)")
     p.add_argument("--encoder", choices=ENCODERS, help="the fused kernel's e4m3 encoder (kvfp8 only)")
@@ -94,7 +94,7 @@ def _impl_name_and_kwargs(args: argparse.Namespace):
 def _families(text: str | None) -> list[str]:
     if not text:
         return list(FAMILIES)
-    chosen = [f.strip() for f in text.split(",") if f.strip()]
+    chosen = list(comma_list()(text))
     bad = [f for f in chosen if f not in FAMILIES]
     if bad:
         raise ValueError(f"unknown families {bad}; choose from {', '.join(FAMILIES)}")
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     device = test_device()
     budget = args.budget or BUDGET_S[device.type]
     name = report_name(args.impl, args.encoder)
-    out = Path(args.out or os.environ.get("OUT") or "reports/conformance")
+    out = Path(args.out) if args.out else out_dir("reports/conformance")
     cases_dir = out / name
     cases_dir.mkdir(parents=True, exist_ok=True)
     for old in [*cases_dir.glob("*.json"), *cases_dir.glob("records.jsonl")]:  # the previous report's

@@ -8,12 +8,12 @@ capability cell whose rank rose), 0 otherwise, 2 on a usage error.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from conformance.report import SCHEMA, diff
+from tools._cli import parser
 
 
 def _load(path: str) -> dict:
@@ -24,7 +24,7 @@ def _load(path: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.conformance_diff", description=__doc__.split("\n\n")[0])
+    p = parser("conformance_diff", __doc__)
     p.add_argument("old", help="the earlier report (JSON)")
     p.add_argument("new", help="the later report (JSON)")
     args = p.parse_args(argv)

@@ -31,6 +31,7 @@ import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA
 from kernel.backend import interpreted
 from kernel.recipe import get_recipe
 from kernel.reference import BF16, E4M3, FP16, encode_e4m3, round_to_grid, round_to_input_dtype
+from tools._cli import comma_list, parser
 
 GROUPS = ("div", "cast", "nan", "triton")
 DTYPES = {"bfloat16": (torch.bfloat16, BF16), "float16": (torch.float16, FP16)}
@@ -226,18 +227,15 @@ def render(device: torch.device, rows: list[Row]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tools.facts", description=__doc__.splitlines()[0])
+    p = parser("facts", __doc__)
     p.add_argument("--out", help="also write the markdown to this file")
-    p.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups of {GROUPS}")
+    p.add_argument("--only", type=comma_list(GROUPS), default=GROUPS, help=f"comma-separated groups of {GROUPS}")
     p.add_argument("--device", help="torch device for div/cast/nan (default: cuda if present, else cpu)")
     p.add_argument("--scale", type=float, default=0.3, help="the div_ scale (default 0.3)")
     p.add_argument("--values", type=int, default=2**20,
                    help="hashed fp32 values for the interpreter's bf16/fp16 casts (default 2**20)")
     args = p.parse_args(argv)
-    args.only = [g for g in args.only.split(",") if g]
-    unknown = set(args.only) - set(GROUPS)
-    if unknown:
-        p.error(f"--only: unknown group(s) {sorted(unknown)}; choose from {GROUPS}")
+    args.only = list(args.only)
     return args
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.pinning import visible_devices
+from tools import _cli
 
 ROOT = Path(__file__).resolve().parent.parent
 # HypoFuzz's CLI with the 'spawn' start method: its hub collects the tests (importing torch and
@@ -114,7 +115,7 @@ def start_worker(**kwargs: Any) -> None:
 
 
 def out_dir() -> Path:
-    return Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "reports" / "fuzz"
+    return _cli.out_dir(ROOT / "reports" / "fuzz", create=False)
 
 
 def property_modules() -> list[str]:
@@ -290,7 +291,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.split("\n\n")[0])
+    p = _cli.parser("fuzz", __doc__)
     p.add_argument("modules", nargs="*", help="test modules or node ids (default: every property module)")
     p.add_argument("--minutes", type=float, default=0, help="stop after this long (default 0: until Ctrl-C)")
     p.add_argument("-n", "--processes", type=int, default=None,

@@ -9,7 +9,6 @@ where it deviates from the closest one. Exit status: 0 when a recipe matches (or
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections import Counter
@@ -20,9 +19,10 @@ import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA
 from conformance.bytediff import decode_e4m3
 from conformance.conventions import CONVENTIONS, get_convention
 from conformance.identification import DTYPES, KINDS, Result, identify, sweep_points
-from conformance.impls import ENCODERS, FUSED_SPEC, Implementation, from_spec, test_device
+from conformance.impls import FUSED_SPEC, Implementation, from_spec, test_device
 from kernel import RECIPES
 from kernel.backend import describe
+from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, parser
 
 
 def _how(expected: int, actual: int) -> str:
@@ -87,11 +87,11 @@ def report(res: Result, impl: Implementation, device: torch.device, examples: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.identify", description=__doc__.split("\n\n")[0])
+    p = parser("identify", __doc__)
     p.add_argument("impl", nargs="?", default=FUSED_SPEC,
                    help=f"module:function or path/to/file.py:function (default {FUSED_SPEC})")
     p.add_argument("--encoder", choices=ENCODERS, help="pass encoder=... (the fused kernel's e4m3 encoder)")
-    p.add_argument("--impl-recipe", choices=sorted(RECIPES), help="pass recipe=... to the implementation "
+    p.add_argument("--impl-recipe", choices=RECIPE_NAMES, help="pass recipe=... to the implementation "
                                                                    "(kvfp8 convention)")
     p.add_argument("--convention", choices=sorted(CONVENTIONS),
                    help="how to call it (default: detected from its signature)")
@@ -99,20 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--quick", action="store_true", help="scales None, 0.3, 0.9 and 2**-149, as floats "
                                                            "(the default on the CPU)")
     mode.add_argument("--full", action="store_true", help="the full scale set, every scale kind (default on CUDA)")
-    p.add_argument("--dtypes", default="bfloat16,float16", help="comma-separated (default bfloat16,float16)")
-    p.add_argument("--kinds", help=f"with --full: comma-separated scale kinds among {','.join(KINDS)}")
-    p.add_argument("--expect", choices=sorted(RECIPES), help="exit 0 only if this recipe matches")
+    p.add_argument("--dtypes", type=comma_list(DTYPES), default="bfloat16,float16",
+                   help="comma-separated (default bfloat16,float16)")
+    p.add_argument("--kinds", type=comma_list(KINDS),
+                   help=f"with --full: comma-separated scale kinds among {','.join(KINDS)}")
+    p.add_argument("--expect", choices=RECIPE_NAMES, help="exit 0 only if this recipe matches")
     p.add_argument("--examples", type=int, default=8, help="deviating values to show (default 8)")
     p.add_argument("--device", choices=("cpu", "cuda"))
     args = p.parse_args(argv)
 
     device = torch.device(args.device) if args.device else test_device()
     full = args.full or (not args.quick and device.type == "cuda")
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else KINDS
-    bad = [x for x in dtypes if x not in DTYPES] + [k for k in kinds if k not in KINDS]
-    if bad:
-        p.error(f"unknown dtype or scale kind: {bad}")
+    dtypes = list(args.dtypes)
+    kinds = args.kinds or KINDS
     kwargs = {"encoder": args.encoder} if args.encoder else {}
     try:
         convention = get_convention(args.convention) if args.convention else None

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools._cli import comma_list, out_dir, parser
 from tools.mutant_catalogue import MUTANTS, Mutant
 from tools.sanitize import error_counts, sanitizer_command, sanitizer_env
 
@@ -72,10 +73,6 @@ class Result:
     seconds: float = 0.0
     cases: list[str] = field(default_factory=list)
     failed_tests: list[str] = field(default_factory=list)  # the baseline's failing test (it runs -x too)
-
-
-def out_dir() -> Path:
-    return Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "reports"
 
 
 # -- applying a mutant ---------------------------------------------------------------------------
@@ -245,7 +242,7 @@ def table(results: list[Result], tier: str, total: float, modules: list[str], pr
         m = r.mutant
         tier_s = m.tier + (" (memcheck)" if m.runner == "memcheck" else "")
         note = r.message if r.status == "killed" else f"{r.message} would kill: {m.kill_hint}".strip()
-        case = ", ".join(os.path.relpath(c, out_dir()) for c in r.cases[:1])
+        case = ", ".join(os.path.relpath(c, out_dir(ROOT / "reports")) for c in r.cases[:1])
         lines.append(f"| {m.name} | {tier_s} | {r.status} | {_cell(r.killer)} | {r.seconds:.0f} | "
                      f"{_cell(case)} | {_cell(note)} |")
     return "\n".join(lines) + "\n"
@@ -270,16 +267,18 @@ def mask_baseline_failures(results: list[Result], baseline: Result) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser("mutants", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tier", choices=("cpu", "gpu"), default="cpu",
                    help="cpu: the CPU-tier mutants under the interpreter; gpu: every mutant, GPU modules too")
-    p.add_argument("--only", default="", help="comma-separated mutant names")
+    p.add_argument("--only", type=comma_list([m.name for m in MUTANTS]), default=(),
+                   help="comma-separated mutant names")
     p.add_argument("--budget", type=float, default=600.0, help="wall-clock seconds per mutant")
     p.add_argument("-j", "--jobs", type=int, default=2, help="mutants run in parallel")
     p.add_argument("--profile", default=MUTANT_PROFILE,
                    help="Hypothesis profile for the runs (default: ci's examples, no shrinking)")
     p.add_argument("--shrink", action="store_true", help="use the ci profile: shrunk cases, slower kills")
-    p.add_argument("--modules", default="", help="comma-separated test modules (default: the tier's list)")
+    p.add_argument("--modules", type=comma_list(), default=(),
+                   help="comma-separated test modules (default: the tier's list)")
     p.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
     p.add_argument("--check", action="store_true", help="only check that every anchor applies")
     args = p.parse_args(argv)
@@ -288,10 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         args.profile = "ci"
     chosen = [m for m in MUTANTS if args.tier == "gpu" or m.tier == "cpu"]
     if args.only:
-        names = set(args.only.split(","))
-        unknown = names - {m.name for m in MUTANTS}
-        if unknown:
-            p.error(f"unknown mutants: {sorted(unknown)}")
+        names = set(args.only)
         chosen = [m for m in MUTANTS if m.name in names]
     stale = {m.name: stale_reasons(m) for m in chosen}
     stale = {k: v for k, v in stale.items() if v}
@@ -301,9 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(chosen) - len(stale)} of {len(chosen)} mutants apply")
         return 1 if stale else 0
 
-    modules = args.modules.split(",") if args.modules else list(GPU_MODULES if args.tier == "gpu" else CPU_MODULES)
+    modules = list(args.modules) if args.modules else list(GPU_MODULES if args.tier == "gpu" else CPU_MODULES)
     modules = [m for m in modules if (ROOT / m).exists()]
-    out = out_dir()
+    out = out_dir(ROOT / "reports")
     cases_dir = out / "mutant-cases"
     shutil.rmtree(cases_dir, ignore_errors=True)
     start = time.monotonic()

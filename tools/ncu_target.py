@@ -8,14 +8,15 @@ write twice: the first call compiles, the second is the one to profile. CUDA onl
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from tools import _cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.ncu_target", description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", default="unfused")
-    p.add_argument("--encoder", default="hardware", choices=("hardware", "software"))
+    p = _cli.parser("ncu_target", __doc__)
+    p.add_argument("--recipe", default="unfused", choices=_cli.RECIPE_NAMES)
+    p.add_argument("--encoder", default="hardware", choices=_cli.ENCODERS)
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--heads-dims", default="8x128")
     args = p.parse_args(argv)

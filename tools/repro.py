@@ -23,26 +23,27 @@ from conformance.artifacts import load_case
 from conformance.bytediff import FIRST_N, compare_caches
 from conformance.conventions import CONVENTIONS, get_convention
 from conformance.harness import run_impl, run_reference
-from conformance.impls import ENCODERS, FUSED_SPEC, Implementation, from_spec, test_device
-from kernel import RECIPES
+from conformance.impls import FUSED_SPEC, Implementation, from_spec, test_device
 from kernel.backend import describe, hardware_cast_available
 from strategies.case import Case
+from tools._cli import ENCODERS, RECIPE_NAMES, parser
 
 HW_NOTE = ("note: this case failed on the hardware e4m3 encoder ({where}); this machine has no hardware "
            "cast, so it replays on the software encoder.")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tools.repro", description=__doc__.split("\n\n")[0])
+    p = parser("repro", __doc__)
     p.add_argument("case", help="a failure file written by the suite (or a bare Case JSON)")
     p.add_argument("--impl", help="module:function or path/to/file.py:function to run instead of the "
                                   "recorded implementation")
     p.add_argument("--encoder", choices=ENCODERS, help="the fused kernel's e4m3 encoder (default: as recorded, "
                                                        "or software where the hardware cast is missing)")
-    p.add_argument("--recipe", choices=sorted(RECIPES), help="hold the implementation to this recipe instead")
+    p.add_argument("--recipe", choices=RECIPE_NAMES, help="hold the implementation to this recipe instead")
     p.add_argument("--convention", choices=sorted(CONVENTIONS),
                    help="how to call it (default: as recorded, else detected from its signature)")
-    p.add_argument("-n", type=int, default=FIRST_N, metavar="N", help=f"mismatches to show (default {FIRST_N})")
+    p.add_argument("-n", "--mismatches", dest="n", type=int, default=FIRST_N, metavar="N",
+                   help=f"mismatches to show (default {FIRST_N})")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda if present, else cpu")
     return p
 

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools._cli import comma_list, out_dir, parser
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_FILTER = "kns=fp8_kv_write"
 TESTS = {
@@ -86,8 +88,9 @@ def run_tool(tool: str, tests: list[str], profile: str, timeout: float, out: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tool", default="memcheck,racecheck", help="comma-separated: memcheck, racecheck")
+    p = parser("sanitize", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tool", type=comma_list(TESTS), default="memcheck,racecheck",
+                   help="comma-separated: memcheck, racecheck")
     p.add_argument("--profile", default="ci", help="Hypothesis profile for the sanitized run")
     p.add_argument("--timeout", type=float, default=540.0, help="seconds per tool")
     p.add_argument("tests", nargs="*", help="test modules (default: per tool, see TESTS)")
@@ -95,10 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("compute-sanitizer") is None:
         print("tools.sanitize: compute-sanitizer is not on PATH (it ships with the CUDA toolkit)")
         return 2
-    out = Path(os.environ.get("OUT") or ROOT / "reports")
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(ROOT / "reports")
     results = {tool: run_tool(tool, args.tests or TESTS[tool], args.profile, args.timeout, out)
-               for tool in args.tool.split(",")}
+               for tool in args.tool}
     print("SANITIZE " + ("PASSED: " if all(results.values()) else "FAILED: ")
           + ", ".join(f"{t} {'clean' if ok else 'failed'}" for t, ok in results.items()))
     return 0 if all(results.values()) else 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,12 +26,13 @@ from kernel import RECIPES, fused_fp8_set_kv_buffer, get_recipe
 from kernel.backend import hardware_cast_available
 from kernel.plan import ScaleArg
 from kernel.reference import quantize
+from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
 
 HEADS, DIM = 8, 128
 
 
 def _out_dir() -> Path:
-    return Path(os.environ["OUT"]) if os.environ.get("OUT") else Path(__file__).resolve().parent.parent / "reports"
+    return out_dir(Path(__file__).resolve().parent.parent / "reports")
 
 
 def _fp32(value: float) -> float:
@@ -49,22 +49,23 @@ def chunk(index: int, log2: int, device: torch.device) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scales", default="1.0", help="comma-separated positive scales (rounded to fp32)")
-    p.add_argument("--recipes", default="all")
-    p.add_argument("--encoders", default="all")
+    p = parser("sweep_fp32", __doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scales", type=comma_list(), default="1.0",
+                   help="comma-separated positive scales (rounded to fp32)")
+    p.add_argument("--recipes", type=comma_list(["all", *RECIPE_NAMES]), default="all")
+    p.add_argument("--encoders", type=comma_list(["all", *ENCODERS]), default="all")
     p.add_argument("--chunk-log2", type=int, default=26, help="patterns per chunk = 2**N (N >= 10)")
     p.add_argument("--chunks", type=int, default=0, help="only the first N chunks (0: all of 2**32)")
     args = p.parse_args(argv)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    recipes = list(RECIPES) if args.recipes == "all" else args.recipes.split(",")
+    recipes = list(RECIPES) if args.recipes == ("all",) else list(args.recipes)
     for r in recipes:
         get_recipe(r)
-    encoders = ["hardware", "software"] if hardware_cast_available(device) else ["software"]
-    if args.encoders != "all":
-        encoders = args.encoders.split(",")
-    scales = [_fp32(float(s)) for s in args.scales.split(",")]
+    encoders = list(ENCODERS) if hardware_cast_available(device) else ["software"]
+    if args.encoders != ("all",):
+        encoders = list(args.encoders)
+    scales = [_fp32(float(s)) for s in args.scales]
     if args.chunk_log2 < 10 or args.chunk_log2 > 31:
         p.error("--chunk-log2 must be in [10, 31]")
     total_chunks = 1 << (32 - args.chunk_log2)

@@ -9,7 +9,6 @@ Prints examples/s for both passes and the number of kernel variants compiled.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -20,6 +19,7 @@ from conformance.impls import Implementation, test_device
 from conformance.stats import compiled_variants
 from kernel import RECIPES, fused_fp8_set_kv_buffer
 from strategies import Case, cases
+from tools._cli import ENCODERS, parser
 
 
 def draw_cases(n: int, size: str) -> list[Case]:
@@ -46,14 +46,15 @@ def run_pass(drawn: list[Case], impl: Implementation, device: torch.device) -> f
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-n", type=int, default=300)
-    p.add_argument("--encoder", default=None, choices=("hardware", "software"))
+    p = parser("throughput", __doc__)
+    p.add_argument("--examples", "-n", dest="examples", type=int, default=300,
+                   help="cases to draw (default 300; -n is a deprecated alias)")
+    p.add_argument("--encoder", default=None, choices=ENCODERS)
     p.add_argument("--size", default=None, choices=("small", "large"))
     args = p.parse_args(argv)
     device = test_device()
     size = args.size or ("large" if device.type == "cuda" else "small")
-    drawn = draw_cases(args.n, size)
+    drawn = draw_cases(args.examples, size)
     impl = Implementation(f"fused-{args.encoder or 'auto'}", fused_fp8_set_kv_buffer,
                           {"encoder": args.encoder} if args.encoder else {})
     cold = run_pass(drawn, impl, device)

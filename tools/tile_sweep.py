@@ -16,23 +16,23 @@ buckets is docs/results/tile-sweep-2026-12-02-final.csv (docs/results/README.md 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 
+from tools._cli import ENCODERS, comma_list, parser
 from tools.bench import PAGE_SIZE, buffer_sets, bytes_moved, graph_replay_us, output_dir, rotation
 
 
 def _pairs(text: str) -> list[tuple[int, int]]:
-    return [tuple(int(n) for n in item.split("x")) for item in text.split(",") if item]  # type: ignore[misc]
+    return [tuple(int(n) for n in item.split("x")) for item in comma_list()(text)]  # type: ignore[misc]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.tile_sweep", description=__doc__.splitlines()[0])
+    p = parser("tile_sweep", __doc__)
     p.add_argument("--tiles", type=_pairs, default=_pairs("2048x4,4096x4,8192x4,8192x8,4096x8"),
                    help="prefill tiles as ELEMENTSxWARPS")
     p.add_argument("--shapes", type=_pairs, default=_pairs("8x128"), help="prefill shapes as HxD")
-    p.add_argument("--encoders", default="hardware,software")
+    p.add_argument("--encoders", type=comma_list(ENCODERS), default=",".join(ENCODERS))
     p.add_argument("--decode-tiles", type=_pairs, default=_pairs("512x4,1024x4,1024x2,2048x4,2048x8"))
     p.add_argument("--decode-shapes", type=_pairs, default=_pairs("8x128"), help="decode shapes as HxD")
     p.add_argument("--rep-ms", type=float, default=20.0)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     t = 32768
     for h, d in args.shapes:
         sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)))
-        for encoder in args.encoders.split(","):
+        for encoder in args.encoders:
             for elements, warps in args.tiles:
                 for recipe in kernel.RECIPES:
                     measure("prefill", t, h, d, recipe, encoder, elements, warps, sets)

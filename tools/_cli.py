@@ -1,0 +1,52 @@
+"""The tools' one command-line convention: `prog`, description, comma lists, recipes, encoders, $OUT."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """RECIPE_NAMES (sorted kernel.RECIPES) and ENCODERS (conformance.impls'), imported on first use:
+    the launchers (fuzz, mutants, sanitize) use this module without importing torch."""
+    if name == "RECIPE_NAMES":
+        import kernel
+
+        return sorted(kernel.RECIPES)
+    if name == "ENCODERS":
+        from conformance.impls import ENCODERS
+
+        return ENCODERS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def parser(module: str, doc: str | None, **kwargs) -> argparse.ArgumentParser:
+    """An ArgumentParser with prog `python -m tools.<module>` and the docstring's first paragraph."""
+    description = (doc or "").strip().split("\n\n")[0].strip() or None
+    return argparse.ArgumentParser(prog=f"python -m tools.{module}", description=description, **kwargs)
+
+
+def comma_list(choices: Iterable[str] | None = None) -> Callable[[str], tuple[str, ...]]:
+    """An argparse `type=`: "a, b,,c" -> ("a", "b", "c"), each one of `choices` when given."""
+    allowed = None if choices is None else tuple(choices)
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(s for s in (part.strip() for part in text.split(",")) if s)
+        unknown = [s for s in items if allowed is not None and s not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
+        return items
+
+    parse.__name__ = "comma-separated list"  # argparse names the type in its generic errors
+    return parse
+
+
+def out_dir(default: str | os.PathLike[str] = "reports", *, create: bool = True) -> Path:
+    """$OUT when set, else `default`; created unless create=False (a dry run writes nothing)."""
+    folder = Path(os.environ.get("OUT") or default)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder
