@@ -121,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     """A CUDA context the implementation broke (an illegal address noticed only after the test, in a
     graph replay, say) must not fail the next test: end this process, blaming the test that did it."""
-    if harness.cuda_context_lost(test_device()) if torch.cuda.is_initialized() else False:
+    if torch.cuda.is_initialized() and harness.cuda_context_lost(test_device()):
         message = (f"the CUDA context was lost during {item.nodeid}: an implementation error (an illegal memory "
                    "access); this process cannot run another test")
         print(message, file=sys.stderr, flush=True)
