@@ -96,10 +96,11 @@ def execute(impl: Implementation, built: Built) -> None:
     try:
         impl.run(built)
     except Exception as exc:
+        error = describe_error(impl, exc)
         if cuda_context_lost(built.k.device):
-            _abandon(built.case, impl, describe_error(impl, exc))
+            _abandon(built.case, impl, error)
         from conformance.artifacts import save_failure
-        save_failure(built.case, impl, describe_error(impl, exc))  # the shrunk example's, only
+        save_failure(built.case, impl, error)  # the shrunk example's, only
         raise
 
 

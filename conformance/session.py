@@ -78,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         impls = selected_implementations(config.getoption("impl"), get_convention(name) if name else None)
     except (ValueError, ImportError, OSError, SyntaxError) as exc:
         raise pytest.UsageError(f"--impl / ${IMPL_ENV}: {type(exc).__name__}: {exc}") from exc
-    option = config.getoption("recipe") or ("auto" if config.getoption("impl") or os.environ.get(IMPL_ENV) else None)
+    # auto matters only for an implementation that is not told the recipe, which only --impl brings.
+    option = config.getoption("recipe") or "auto"
     held = getattr(config, "workerinput", {}).get("kvfp8_held")
     held = json.loads(held) if held else {i.name: _hold(i, option) for i in impls}
     config._kvfp8_held = json.dumps(held)

@@ -25,13 +25,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.cachemap import CACHES
+from conformance.conventions import POSITIONAL
 from conformance.harness import fail
 from conformance.impls import Implementation, Inexpressible
 from kernel import naive_fp8_set_kv_buffer
 from strategies.build import Built, build
 from strategies.cases import small_cases
 
-ARGS = ("k", "v", "k_cache", "v_cache", "cache_loc", "k_scale", "v_scale", "page_size")
 Call = dict  # argument name -> value; "recipe" and "checked" too
 
 pytestmark = pytest.mark.argument_contract
@@ -115,7 +115,7 @@ def _input_shape(call: Call, built: Built, data: st.DataObject) -> None:
 
 
 def _not_a_tensor(call: Call, built: Built, data: st.DataObject) -> None:
-    name = _which(data, ARGS[:5], "argument")
+    name = _which(data, POSITIONAL[:5], "argument")
     form = data.draw(st.sampled_from(("list", "None", "int")), label="form")
     call[name] = {"list": call[name].tolist(), "None": None, "int": 3}[form]
 

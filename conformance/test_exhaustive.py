@@ -22,9 +22,8 @@ import pytest
 import torch
 
 from conformance.bytediff import compare_caches
-from conformance.harness import execute, fail
+from conformance.harness import execute, fail, run_reference
 from conformance.impls import Implementation
-from kernel import naive_fp8_set_kv_buffer
 from strategies.build import Built, build
 from strategies.case import Case, Scale
 from strategies.fp import f32
@@ -78,7 +77,7 @@ def check_patterns(case: Case, impl: Implementation, device: torch.device) -> No
     """All patterns through impl (in its convention, held to its recipe) against the reference."""
     case = impl.fit(case)
     expected = fill_patterns(build(case, device))
-    naive_fp8_set_kv_buffer(**expected.call())
+    run_reference(case, device, expected)
     actual = fill_patterns(build(case, device))
     execute(impl, actual)
     report = compare_caches(expected, actual)
