@@ -537,6 +537,14 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         else:
             how, title = "wrong-error", f"{mutation}: {what.rstrip(':')}"
         return [Finding("validation", f"validation:{how}", title, replayable=False, facts={"mutation": mutation})]
+    if module == "test_overlap" and conformance and "specific to the shared memory" in message:
+        # The saved Case rebuilds separate buffers, where the implementation passes: the sharing is the defect
+        # (a Case that fails on its own too goes the usual way below, replayed and classified by its bytes).
+        if "raises on a valid call" in what:
+            return [Finding("raises", "raises:shared-memory", "raises when its caches share one buffer without "
+                            "sharing a byte (an interleaved K/V pool, an arena)", replayable=False)]
+        return [Finding("wrong-bytes", "wrong-bytes:shared-memory", "writes wrong bytes when its tensors share one "
+                        "buffer without a cache sharing a byte", replayable=False)]
     if kind.startswith(("Flaky", "FailedHealthCheck", "Unsatisfiable", "DeadlineExceeded", "HypothesisException",
                         "InvalidArgument")):
         return [Finding("unclassified", f"unclassified:{kind}", f"Hypothesis: {kind}: {normalize(message, 100)}",

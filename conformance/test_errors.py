@@ -31,6 +31,7 @@ from conformance.impls import Implementation, Inexpressible
 from kernel import naive_fp8_set_kv_buffer
 from strategies.build import Built, build
 from strategies.cases import small_cases
+from strategies.overlap import overlapping_pair, placements, pools, storage_bytes
 
 Call = dict  # argument name -> value; "recipe" and "checked" too
 
@@ -43,6 +44,9 @@ class Mutation:
     error: type[Exception]
     match: str  # a regex the message must contain: names the argument
     apply: Callable[[Call, Built, st.DataObject], None]
+    # Also require every argument the mutation replaced to be named (ours and the reference): the
+    # overlap classes draw which cache and which other argument, and the regex cannot know the pair.
+    names_each: bool = False
 
 
 def _set(key: str, fn: Callable[[Call, Built, st.DataObject], object]) -> Callable:
@@ -137,10 +141,60 @@ def _overlapping(call: Call, built: Built, data: st.DataObject) -> None:
     call[name] = cache.as_strided(cache.shape, (1,) * cache.dim(), cache.storage_offset())  # elements alias
 
 
+# -- memory overlap: a cache shares a byte with the other cache or with an argument the call reads ------
+# strategies.overlap draws the byte (`placements`: anywhere, or exactly one byte at the ends of the two
+# extents, inside a 2-, 4- or 8-byte element of the other) and copies both views, values kept, into one
+# buffer: the call is valid in every other way (cache_loc and scales read as they did).
+
+def _overlap(cache: str, other: str, call: Call, data: st.DataObject) -> None:
+    a, b = call[cache], call[other]
+    placement = data.draw(placements(tuple(a.shape), tuple(b.shape), b.element_size()), label="placement")
+    call[cache], call[other] = overlapping_pair(a, b, placement)
+
+
+def _caches_overlap(call: Call, built: Built, data: st.DataObject) -> None:
+    k_cache = call["k_cache"]
+    if data.draw(st.booleans(), label="pool_strides"):  # the halves of a real pool, then one half moved
+        pool = data.draw(pools(built.case.cache_shape, k_cache.dim()), label="pool")
+        scratch = torch.zeros(pool.offset + pool.span(built.case.cache_shape), dtype=torch.uint8,
+                              device=k_cache.device)
+        call["k_cache"], call["v_cache"] = pool.views(scratch, 0, built.case.cache_shape, k_cache.dim(),
+                                                      k_cache.dtype)
+    cache = _which(data, CACHES, "cache")
+    _overlap(cache, "v_cache" if cache == "k_cache" else "k_cache", call, data)
+    if data.draw(st.booleans(), label="v_cache_retyped"):  # the same bytes through the other cache dtype
+        v = call["v_cache"]
+        call["v_cache"] = v.view(torch.float8_e4m3fn if v.dtype == torch.uint8 else torch.uint8)
+
+
+def _cache_overlaps(others: tuple[str, ...]) -> Callable:
+    def apply(call: Call, built: Built, data: st.DataObject) -> None:
+        _overlap(_which(data, CACHES, "cache"), _which(data, others, "other"), call, data)
+    return apply
+
+
+def _cache_overlaps_scale(call: Call, built: Built, data: st.DataObject) -> None:
+    name = _which(data, ("k_scale", "v_scale"), "other")
+    scale = call[name]
+    if not isinstance(scale, torch.Tensor):  # a float (or None) scale becomes a tensor of the same value
+        shape = data.draw(st.sampled_from(((1,), ())), label="scale_shape")
+        value = 1.0 if scale is None else float(scale)
+        scale = torch.full(shape, value, dtype=torch.float32, device=built.k.device)
+    call[name] = scale
+    _overlap(_which(data, CACHES, "cache"), name, call, data)
+
+
 MUTATIONS = [
     Mutation("overlapping-cache", ValueError, r"(k|v)_cache .*overlap", _overlapping),
     Mutation("aliased-caches", ValueError, r"v_cache .*k_cache",
              lambda c, b, d: c.__setitem__("v_cache", c["k_cache"])),
+    Mutation("caches-overlap", ValueError, r"v_cache must not overlap k_cache in memory", _caches_overlap),
+    Mutation("cache-overlaps-input", ValueError, r"\b[kv]_cache must not overlap [kv] in memory",
+             _cache_overlaps(("k", "v")), names_each=True),
+    Mutation("cache-overlaps-cache-loc", ValueError, r"\b[kv]_cache must not overlap cache_loc in memory",
+             _cache_overlaps(("cache_loc",)), names_each=True),
+    Mutation("cache-overlaps-scale", ValueError, r"\b[kv]_cache must not overlap [kv]_scale in memory",
+             _cache_overlaps_scale, names_each=True),
     Mutation("not-a-tensor", TypeError, r"(k|v|k_cache|v_cache|cache_loc) must be a torch.Tensor", _not_a_tensor),
     Mutation("input-shape", ValueError, r"\b[kv] must (have shape|be 2-D)", _input_shape),
     Mutation("input-dtype", TypeError, r"\b[kv]\.dtype must be",
@@ -202,6 +256,7 @@ def test_invalid_argument_raises_and_writes_nothing(data, mutation: Mutation, ta
     before = built.snapshot()
     call: Call = built.call()
     mutation.apply(call, built, data)
+    caches_before = _cache_storages(call)  # a mutation may give a cache a buffer of its own
     names = _mutated(built.call(), call)
     convention = impl.convention
     missing = [n for n in names if n not in convention.arguments]
@@ -221,13 +276,24 @@ def test_invalid_argument_raises_and_writes_nothing(data, mutation: Mutation, ta
         if not isinstance(error, mutation.error) or not re.search(mutation.match, str(error)):
             fail(who, f"{mutation.name}: expected {mutation.error.__name__} matching {mutation.match!r}",
                  f"got {type(error).__name__}: {error}")
+        unnamed = [n for n in names if mutation.names_each and not re.search(rf"\b{re.escape(n)}\b", str(error))]
+        if unnamed:
+            fail(who, f"{mutation.name}: the message does not name {'/'.join(unnamed)}",
+                 f"{type(error).__name__}: {error}; {_summary(call, names)}")
     elif not any(re.search(rf"\b{re.escape(n)}\b", str(error)) for n in spelled):
         fail(who, f"raised for an invalid {'/'.join(spelled)} ({mutation.name}) without naming it",
              f"{type(error).__name__}: {error}")
     for which in CACHES:
-        if not torch.equal(before[which], built.buffers[which]):
+        changed = which in caches_before and not torch.equal(caches_before[which], storage_bytes(call[which]))
+        if changed or not torch.equal(before[which], built.buffers[which]):
             fail(who, f"wrote {convention.spelling.get(which, which)} before raising for an invalid argument",
                  f"{mutation.name}: {type(error).__name__}: {error}")
+
+
+def _cache_storages(call: Call) -> dict[str, torch.Tensor]:
+    """A copy of the whole buffer behind each cache the (mutated) call passes; meta tensors have none."""
+    return {n: storage_bytes(call[n]).clone() for n in CACHES
+            if isinstance(call[n], torch.Tensor) and call[n].device.type != "meta"}
 
 
 def _summary(call: Call, names: list[str]) -> str:

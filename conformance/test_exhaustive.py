@@ -26,7 +26,8 @@ from conformance.harness import execute, fail, run_reference
 from conformance.impls import Implementation
 from strategies.build import Built, build
 from strategies.case import Case, Scale
-from strategies.fp import f32
+from strategies.fp import f32, tie_above
+from strategies.ties import scale_tie_recipes
 
 T, H, D, PAGE = 16, 16, 256, 16
 PERMUTE = 40503  # odd, so i -> i * PERMUTE mod 2**16 is a bijection
@@ -46,6 +47,13 @@ CPU_SCALES = {
 CUDA_VALUES = tuple(f32(v) for v in (1.0, 2.0**-8, 2.0**-5, 0.5, 2.0, 16.0, 0.3, 0.7, 0.0123, 2.0**-64, 2.0**126,
                                      2.0**-100, 1e-30, 1e30, 1e-40, 3e38))
 CUDA_SCALES = [Scale("none")] + [Scale(kind, v) for v in CUDA_VALUES for kind in ("float", "tensor0d", "tensor1")]
+# Recipes that round the scale to the input dtype: k's scale lies exactly halfway between two values
+# of that dtype whose lower one is even (RNE rounds it down), v's between an odd and an even one (RNE
+# rounds it up). Only the tie rule of the scale's rounding tells these apart from their neighbours.
+SCALE_TIES = {
+    "bfloat16": (Scale("tensor0d", tie_above(0x3E9A, "bfloat16")), Scale("float", tie_above(0x3E99, "bfloat16"))),
+    "float16": (Scale("tensor0d", tie_above(0x34CC, "float16")), Scale("float", tie_above(0x34CD, "float16"))),
+}
 
 
 def pattern_case(dtype: str, k_scale: Scale, v_scale: Scale, recipe: str) -> Case:
@@ -91,6 +99,14 @@ def check_patterns(case: Case, impl: Implementation, device: torch.device) -> No
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale], impl, device):
     check_patterns(pattern_case(dtype, *scales, recipe), impl, device)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_all_patterns_at_scale_ties(dtype: str, recipe: str, impl, device):
+    """Every pattern at a k and a v scale that are exact ties of the input dtype (SCALE_TIES)."""
+    if recipe not in scale_tie_recipes():
+        pytest.skip("the recipe reads the scale as fp32: a scale that is a tie of the input dtype is an ordinary one")
+    check_patterns(pattern_case(dtype, *SCALE_TIES[dtype], recipe), impl, device)
 
 
 @pytest.mark.cuda

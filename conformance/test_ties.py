@@ -9,6 +9,10 @@ rounding decide the byte. Here every input element is chosen (strategies.ties) t
   inputs where the other scale operation would round to the other side.
 - test_input_dtype_ties: bf16/fp16 inputs whose fp32 scaled value is exactly halfway between two
   bf16/fp16 values whose e4m3 bytes differ, so the intermediate rounding's tie rule is visible.
+- test_scale_ties: for recipes that round the scale to the input dtype (unfused-tensor0d), a scale
+  that is itself exactly halfway between two bf16/fp16 values (or one fp32 ulp from such a tie), and
+  inputs whose byte differs between the scale's two possible roundings, so the scale's tie rule
+  decides every byte. The random scales of the other properties meet such ties only sometimes.
 - test_empty_batch_flat_input: T = 0 with [T, H*D] inputs is a no-op (the split of an empty
   [0, H*D] tensor into [0, H, D] must not infer T from the element count).
 
@@ -26,7 +30,16 @@ from hypothesis import strategies as st
 from conformance.harness import check_case
 from strategies import Scale
 from strategies._cache import sampled
-from strategies.ties import e4m3_tie_overrides, input_tie_overrides, input_tie_recipes, non_dyadic_scales, tie_scales
+from strategies.scales import TIE_DTYPES, scale_tie_values
+from strategies.ties import (
+    e4m3_tie_overrides,
+    input_tie_overrides,
+    input_tie_recipes,
+    non_dyadic_scales,
+    scale_tie_overrides,
+    scale_tie_recipes,
+    tie_scales,
+)
 
 TINY = dict(max_tokens=2, max_heads=2, max_dim=8, max_overrides=0)
 TENSOR_OR_FLOAT = ("float", "tensor0d", "tensor1")
@@ -59,6 +72,24 @@ def test_input_dtype_ties(data, impl, device, recipes):
     vs = data.draw(sampled(tie_scales(recipe, dtype)), label="v_scale_value")
     n = case.num_tokens * case.num_heads * case.head_dim
     ties = data.draw(input_tie_overrides(n, dtype, ks, vs, recipe), label="ties")
+    case = dataclasses.replace(case, k_scale=Scale(case.k_scale.kind, ks), v_scale=Scale(case.v_scale.kind, vs),
+                               overrides=ties)
+    check_case(case, impl, device)
+
+
+@given(data=st.data())
+def test_scale_ties(data, impl, device, recipes):
+    held = tuple(r for r in scale_tie_recipes() if r in recipes)
+    if not held:
+        pytest.skip(f"recipe {'/'.join(recipes)} reads the scale as fp32: no bf16/fp16 tie of the scale exists")
+    recipe = data.draw(sampled(held), label="recipe")
+    dtype = data.draw(sampled(TIE_DTYPES), label="input_dtype")
+    case = data.draw(impl.cases(recipes=(recipe,), input_dtypes=(dtype,), scale_kinds=TENSOR_OR_FLOAT, **TINY),
+                     label="base_case")
+    ks = data.draw(scale_tie_values(dtype), label="k_scale_value")
+    vs = data.draw(scale_tie_values(dtype), label="v_scale_value")
+    n = case.num_tokens * case.num_heads * case.head_dim
+    ties = data.draw(scale_tie_overrides(n, dtype, ks, vs, recipe), label="ties")
     case = dataclasses.replace(case, k_scale=Scale(case.k_scale.kind, ks), v_scale=Scale(case.v_scale.kind, vs),
                                overrides=ties)
     check_case(case, impl, device)

@@ -13,8 +13,8 @@ At most one of `k_scale` / `k_scale_value` is given (both None means 1.0). `fuse
 below has the same Python signature as `kernel.fused_fp8_set_kv_buffer` and splits the scale into
 the right slot, so it is a drop-in replacement inside torch.compile(fullgraph=True).
 
-The real implementation is `make_plan` + `kernel.fused.launch` (the reference if use_triton=False),
-so validation and bytes are exactly the eager call's. The fake implementation runs the same
+The real implementation is the eager call itself (`kernel.fused_fp8_set_kv_buffer`, its fast path
+included), so validation and bytes are exactly the eager call's. The fake implementation runs the same
 `make_plan` on fake tensors (shape, dtype and device errors surface while tracing) and returns
 nothing. A float scale's own checks (positive, finite in fp32) need no tensor, but they run only in
 the real implementation, so a bad float under torch.compile raises when the op runs, still before
@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import torch
 
-from kernel.fused import launch
+from kernel.fused import fused_fp8_set_kv_buffer
 from kernel.plan import _check_tensor, _normalize_scale, make_plan
 from kernel.recipe import DEFAULT_RECIPE, RECIPES, Recipe
-from kernel.reference import naive_fp8_set_kv_buffer
 
 OP_NAME = "kvfp8::fused_fp8_set_kv_buffer"
 
@@ -52,12 +51,8 @@ def _fused_op(
 ) -> None:
     ks = _one_scale("k_scale", k_scale, k_scale_value)
     vs = _one_scale("v_scale", v_scale, v_scale_value)
-    if not use_triton:
-        naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, ks, vs, page_size,
-                                recipe=recipe, checked=checked)
-        return
-    plan = make_plan(k, v, k_cache, v_cache, cache_loc, ks, vs, page_size, recipe=recipe, checked=checked)
-    launch(plan, encoder)
+    fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, ks, vs, page_size, use_triton,
+                            recipe=recipe, checked=checked, encoder=encoder)
 
 
 @_fused_op.register_fake

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from kernel import dispatch
 from kernel.backend import fma_is_exact, interpreted, resolve_encoder
 from kernel.plan import Plan, ScaleArg, make_plan
 from kernel.recipe import DEFAULT_RECIPE, Recipe
@@ -99,12 +100,15 @@ def tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[int, 
     return max(1, elements // (block_h * block_d)), block_h, block_d, warps
 
 
-def _vectorizable(plan: Plan, g: Geometry) -> bool:
-    """True when every row of K, V and both caches starts 16-byte aligned and dims are unit-stride:
-    16-byte-aligned bases, row offsets that are multiples of 16 elements, D a multiple of 16."""
+def _vectorizable_layout(g: Geometry) -> bool:
+    """True when dims are unit-stride, D a multiple of 16 and every row offset a multiple of 16
+    elements: then 16-byte-aligned bases make every row of K, V and both caches start 16-byte aligned."""
     return (g.dim % 16 == 0 and g.k[2] == g.v[2] == g.k_cache[3] == g.v_cache[3] == 1
-            and all(s % 16 == 0 for s in (*g.k[:2], *g.v[:2], *g.k_cache[:3], *g.v_cache[:3]))
-            and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache)))
+            and all(s % 16 == 0 for s in (*g.k[:2], *g.v[:2], *g.k_cache[:3], *g.v_cache[:3])))
+
+
+def _vectorizable(plan: Plan, g: Geometry) -> bool:
+    return _vectorizable_layout(g) and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache))
 
 
 def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, float, int]:
@@ -114,21 +118,9 @@ def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, flo
     return dummy, scale.value, 0
 
 
-def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int] | None = None) -> None:
-    """Run the kernel for a validated plan (nothing to do for T == 0).
-
-    `tile` (elements, num_warps) replaces choose_tile's choice on CUDA: for tuning sweeps.
-    """
-    if plan.num_tokens == 0:
-        return
-    if plan.device.type == "cuda" and plan.device.index != torch.cuda.current_device():
-        # Triton launches on the current device, whatever device the tensors are on (docs/facts.md).
-        with torch.cuda.device(plan.device):
-            return launch(plan, encoder, tile=tile)
-    if plan.device.type != "cuda" and not interpreted():
-        raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
-                         f"TRITON_INTERPRET=1), got {plan.device}")
-    software = resolve_encoder(encoder, plan.device) == "software"
+def kernel_args(plan: Plan, software: bool,
+                tile: tuple[int, int] | None = None) -> tuple[tuple[int, int, int], tuple, dict, int]:
+    """(grid, positional arguments, constexprs, num_warps) of the kernel launch for a validated plan."""
     r = plan.recipe
     g = geometry(plan)
     block_t, block_h, block_d, warps = (tile_for(g.heads, g.dim, *tile) if tile
@@ -139,17 +131,48 @@ def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int] | No
     # Caches go to the kernel as bytes: one compiled variant serves fp8 and uint8 storage.
     k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     v_bytes = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
-    fp8_kv_write[grid](
-        plan.k, plan.v, k_bytes, v_bytes, plan.cache_loc, ks_ptr, vs_ptr,
-        ks_value, vs_value, ks_from_ptr, vs_from_ptr,
-        plan.num_tokens, g.heads, g.dim, plan.page_size, plan.num_slots,
-        plan.cache_loc.stride(0),
-        *g.k, *g.v, *g.k_cache, *g.v_cache,
+    args = (plan.k, plan.v, k_bytes, v_bytes, plan.cache_loc, ks_ptr, vs_ptr,
+            ks_value, vs_value, ks_from_ptr, vs_from_ptr,
+            plan.num_tokens, g.heads, g.dim, plan.page_size, plan.num_slots, plan.cache_loc.stride(0),
+            *g.k, *g.v, *g.k_cache, *g.v_cache)
+    constexprs = dict(
         MUL_RECIPROCAL=r.scale_op == "mul_reciprocal", SCALE_IN_INPUT=r.scale_dtype == "input",
         INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
         SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, g),
-        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
     )
+    return grid, args, constexprs, warps
+
+
+def _remember(key: tuple, plan: Plan, compiled: object, grid: tuple[int, int, int], args: tuple,
+              constexprs: dict) -> None:
+    dispatch.remember(key, plan, compiled, grid, args, constexprs, _vectorizable_layout(geometry(plan)),
+                      fp8_kv_write.arg_names)
+
+
+def launch(plan: Plan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
+           remember: tuple | None = None) -> None:
+    """Run the kernel for a validated plan (nothing to do for T == 0).
+
+    `tile` (elements, num_warps) replaces choose_tile's choice on CUDA: for tuning sweeps.
+    `remember`: the call's `dispatch.call_key`, so that later calls of that layout take the fast path.
+    """
+    if plan.num_tokens == 0:
+        if remember is not None:
+            dispatch.remember_empty(remember, plan)
+        return
+    if plan.device.type == "cuda" and plan.device.index != torch.cuda.current_device():
+        # Triton launches on the current device, whatever device the tensors are on (docs/facts.md).
+        with torch.cuda.device(plan.device):
+            return launch(plan, encoder, tile=tile, remember=remember)
+    if plan.device.type != "cuda" and not interpreted():
+        raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
+                         f"TRITON_INTERPRET=1), got {plan.device}")
+    software = resolve_encoder(encoder, plan.device) == "software"
+    grid, args, constexprs, warps = kernel_args(plan, software, tile)
+    compiled = fp8_kv_write[grid](*args, **constexprs, num_warps=warps)
+    if remember is not None and tile is None and plan.device.type == "cuda" and not interpreted():
+        _remember(remember, plan, compiled, grid, args, constexprs)
 
 
 def fused_fp8_set_kv_buffer(
@@ -179,6 +202,13 @@ def fused_fp8_set_kv_buffer(
         naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                                 recipe=recipe, checked=checked)
         return
+    key = None
+    if checked is False:
+        key = dispatch.call_key(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe, encoder)
+        if key is not None and dispatch.launch_known(key, k, v, k_cache, v_cache, cache_loc, k_scale, v_scale):
+            return
     plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                      recipe=recipe, checked=checked)
-    launch(plan, encoder)
+    if key is not None:
+        dispatch.remember_scales(k_scale, v_scale, plan)
+    launch(plan, encoder, remember=key)

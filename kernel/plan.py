@@ -15,6 +15,7 @@ from typing import Literal
 
 import torch
 
+from kernel.overlap import Layout, data_address, shares_memory
 from kernel.recipe import Recipe, get_recipe
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -108,13 +109,6 @@ def _check_cache(name: str, cache: torch.Tensor, page_size: int) -> None:
         raise _fail(ValueError, f"{name} strides {tuple(cache.stride())} overlap: two of its elements share memory")
 
 
-def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when both are the same elements of one storage (fake tensors under compile included)."""
-    return (a.untyped_storage()._cdata == b.untyped_storage()._cdata
-            and a.storage_offset() * a.element_size() == b.storage_offset() * b.element_size()
-            and a.stride() == b.stride())
-
-
 def _self_overlapping(t: torch.Tensor) -> bool:
     """True unless, in stride order, each dim steps past everything the inner dims span.
 
@@ -127,6 +121,23 @@ def _self_overlapping(t: torch.Tensor) -> bool:
             return True
         span += stride * (size - 1)
     return False
+
+
+def _check_disjoint(k_cache: torch.Tensor, v_cache: torch.Tensor, *others: torch.Tensor | None) -> None:
+    """Raise unless each cache's bytes are disjoint from the other cache's and from every argument the
+    call reads (k, v, cache_loc, the scale tensors): a write into bytes it also reads, or into the
+    other cache, lands in an order that depends on the kernel's programs. k and v may share memory.
+    Exact (kernel/overlap.py), so K and V as the disjoint halves of one pool are accepted."""
+    names = ("k", "v", "cache_loc", "k_scale", "v_scale")
+    views = [(n, t, data_address(t)) for n, t in zip(names, others) if t is not None]
+    caches = [(n, t, data_address(t)) for n, t in (("k_cache", k_cache), ("v_cache", v_cache))]
+    for i, (cname, cache, base) in enumerate(caches):
+        for name, t, addr in caches[:i] + views:
+            if base is None or addr is None:
+                continue  # no memory to judge (fake tensors while tracing): the real call checks
+            if shares_memory(Layout.of(cache), base, Layout.of(t), addr):
+                why = "V would overwrite K" if name == "k_cache" else f"the write would change {name} while it is read"
+                raise _fail(ValueError, f"{cname} must not overlap {name} in memory ({why})")
 
 
 def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg:
@@ -188,8 +199,6 @@ def make_plan(
 
     _check_cache("k_cache", k_cache, page_size)
     _check_cache("v_cache", v_cache, page_size)
-    if _same_view(k_cache, v_cache):
-        raise _fail(ValueError, "v_cache must not be the same memory as k_cache (V would overwrite K)")
     if k_cache.shape != v_cache.shape:
         raise _fail(ValueError, f"v_cache shape {list(v_cache.shape)} must equal k_cache shape "
                     f"{list(k_cache.shape)}")
@@ -213,6 +222,9 @@ def make_plan(
         raise _fail(ValueError, f"cache_loc entries must be < {num_slots} (the cache's slots) or "
                     f"negative (padding), got {bad}")
 
+    ks = _normalize_scale("k_scale", k_scale, device)
+    vs = _normalize_scale("v_scale", v_scale, device)
+    _check_disjoint(k_cache, v_cache, k, v, cache_loc, ks.tensor, vs.tensor)
     return Plan(
         num_tokens=k3.shape[0],
         num_heads=heads,
@@ -224,7 +236,7 @@ def make_plan(
         k_cache=k_cache,
         v_cache=v_cache,
         cache_loc=cache_loc,
-        k_scale=_normalize_scale("k_scale", k_scale, device),
-        v_scale=_normalize_scale("v_scale", v_scale, device),
+        k_scale=ks,
+        v_scale=vs,
         recipe=recipe,
     )

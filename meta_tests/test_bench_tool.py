@@ -34,7 +34,10 @@ def test_targets_and_csv(tmp_path):
     row = bench.Row("unfused", "hardware", 16384, 8, 128, bench.bytes_moved(16384, 8, 128),
                     fused_graph_us=32.0, fused_eager_us=40.0, ref_compiled_us=30.0, copy_us=28.8)
     row.targets = bench.targets(row, "unfused")
-    assert "graph>=93%roof:MISS" in row.targets and "eager<compiled-ref:MISS" in row.targets, row.targets
+    assert "graph>=95%roof:MISS" in row.targets and "eager<compiled-ref:MISS" in row.targets, row.targets
+    decode = bench.Row("unfused", "software", 1, 8, 128, bench.bytes_moved(1, 8, 128),
+                       fused_graph_us=2.6, copy_us=1.95)
+    assert bench.targets(decode, "unfused") == "decode<=3us:PASS decode<=copy+0.6us:MISS"
     path = tmp_path / "bench.csv"
     bench.write_csv([row], path)
     rec = next(csv.DictReader(path.open()))

@@ -20,7 +20,7 @@ from strategies.dims import Size, dims
 from strategies.dtypes import dtypes
 from strategies.layouts import cache_layouts, input_layouts, loc_steps
 from strategies.locations import cache_locs
-from strategies.scales import scales
+from strategies.scales import TIE_DTYPES, scales
 from strategies.values import overrides as override_lists
 
 
@@ -83,6 +83,15 @@ def _check_arguments(recipes: Sequence[str] | None, known: object, allow_out_of_
                               "must be >= 0")
 
 
+@lru_cache(maxsize=64)
+def _rounds_scale(recipes: tuple[str, ...]) -> tuple[bool, bool]:
+    """Whether some, and whether every, recipe of `recipes` rounds the scale to the input dtype."""
+    from kernel.recipe import get_recipe
+
+    rounds = [get_recipe(r).scale_dtype == "input" for r in recipes]
+    return any(rounds), all(rounds)
+
+
 @lru_cache(maxsize=256)
 @st.composite
 def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_dim: int | None,
@@ -101,8 +110,12 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
     kc_layout = draw(cache_layouts(cache_shape, dt.cache_rank, "k_cache", contiguous), label="k_cache_layout")
     vc_layout = draw(cache_layouts(cache_shape, dt.cache_rank, "v_cache", contiguous), label="v_cache_layout")
     loc_step = draw(loc_steps(contiguous), label="loc_step")
-    k_scale = draw(scales("k_scale", scale_kinds), label="k_scale")
-    v_scale = draw(scales("v_scale", scale_kinds), label="v_scale")
+    # The scale is drawn before the recipe (the shrink order): it may meet a bf16/fp16 tie whenever a
+    # recipe it can go to rounds the scale to the input dtype.
+    some, every = _rounds_scale(recipes)
+    rounded_to = dt.input_dtype if dt.input_dtype in TIE_DTYPES and some else None
+    k_scale = draw(scales("k_scale", scale_kinds, rounded_to, every and rounded_to is not None), label="k_scale")
+    v_scale = draw(scales("v_scale", scale_kinds, rounded_to, every and rounded_to is not None), label="v_scale")
     recipe = draw(sampled(recipes), label="recipe")
     num_slots = n.num_pages * n.page_size
     loc = draw(cache_locs(n.num_tokens, num_slots, n.page_size, dt.loc_dtype, padding=padding,

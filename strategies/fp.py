@@ -83,3 +83,46 @@ def e4m3_value(byte: int) -> float:
     if exp == 0:
         return sign * man * 2.0**-9
     return sign * (1 + man / 8) * 2.0 ** (exp - 7)
+
+
+# -- ties: fp32 values exactly halfway between two adjacent values of a narrower format ----------
+def quantum(x: float, fmt: Fmt) -> float:
+    """The spacing of fmt's values in |x|'s binade (subnormals share the smallest normal binade's)."""
+    _, e = math.frexp(abs(x))
+    return math.ldexp(1.0, max(e - 1, fmt.min_normal_exp) - fmt.mantissa_bits)
+
+
+def is_tie(x: float, fmt: Fmt) -> bool:
+    """x lies exactly halfway between two adjacent values of fmt, so RNE's tie rule decides its rounding.
+
+    Includes the tie between 0 and fmt's smallest subnormal, and the one between its largest finite
+    value and the next step, which RNE rounds to inf (both neighbours' "last bit" decides there too).
+    """
+    if not math.isfinite(x) or x == 0.0:
+        return False
+    half = quantum(x, fmt) / 2
+    return (abs(x) / half) % 2 == 1 and abs(x) <= fmt.max_finite + half  # x / half is exact
+
+
+def tie_above(bits: int, dtype: str) -> float:
+    """The fp32 value exactly halfway between the positive dtype values with `bits` and `bits + 1`
+    (bits + 1 may be inf's pattern: then the tie sits one half-step above the largest finite value)."""
+    fmt = FORMATS[dtype]
+    lower = from_bits(bits, dtype)
+    mid = lower + quantum(lower if lower else math.ldexp(1.0, fmt.min_normal_exp), fmt) / 2
+    if f32(mid) != mid or not is_tie(mid, fmt):
+        raise ValueError(f"no fp32 tie above {dtype} bits 0x{bits:X}")
+    return mid
+
+
+def tie_lower_bits(x: float, dtype: str) -> int:
+    """The bits of the dtype value just below |x|, toward zero: a tie's lower neighbour (its parity is
+    what RNE looks at: even rounds the tie down, odd up)."""
+    fmt = FORMATS[dtype]
+    q = quantum(x, fmt)
+    return to_bits(math.floor(abs(x) / q) * q, dtype)
+
+
+def fp32_step(x: float, k: int) -> float:
+    """The fp32 value k steps (ulps) from the finite fp32 x, upward for k > 0 (x >= 0)."""
+    return from_bits(to_bits(x, "float32") + k, "float32")

@@ -2,7 +2,7 @@
 
 Random data almost never lands exactly halfway between two representable values, yet that is
 where round-to-nearest-even, x * (1/s) versus x / s, and the order of the two roundings differ.
-Two families, each as Overrides covering every [T, H, D] position:
+Three families, each as Overrides covering every [T, H, D] position:
 
 - e4m3 ties (`e4m3_tie_overrides`): fp32 inputs x whose recipe-scaled value is exactly the midpoint
   of two adjacent e4m3 values. fp32 has enough inputs near t * s that one hits t exactly for most
@@ -12,6 +12,11 @@ Two families, each as Overrides covering every [T, H, D] position:
   the intermediate rounding's tie rule decides the byte ("decisive"). Found by enumerating every
   finite positive input of the dtype at a scale (vectorized in torch, then re-checked in pure
   Python); only scales that have such inputs are drawn (`TIE_SCALES`, filtered per recipe).
+- scale ties (`scale_tie_overrides`): for recipes that round the scale to the input dtype, the scale
+  is itself a bf16/fp16 tie or one fp32 ulp from one (strategies.scales.scale_tie_values), and every
+  input is one whose byte differs between the scale's two possible roundings, so the scale's
+  rounding, and its tie rule, decides every byte. Found by enumerating every input of the dtype
+  through the reference at both roundings.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ import torch
 from hypothesis import event
 from hypothesis import strategies as st
 
+from kernel.plan import ScaleArg
 from kernel.recipe import RECIPES, Recipe, get_recipe
-from kernel.reference import encode_e4m3
+from kernel.reference import encode_e4m3, quantize
 from strategies._cache import ints, sampled
 from strategies.case import Override, Scale
-from strategies.fp import FORMATS, Fmt, e4m3_value, f32, from_bits, ieee_div, round_to, to_bits
+from strategies.fp import FORMATS, Fmt, e4m3_value, f32, from_bits, ieee_div, quantum, round_to, to_bits
 from strategies.values import scaled_value
 
 E4M3 = Fmt("e4m3", 3, -6, 448.0, 8)  # rounding onto the e4m3 grid (overflow is the recipe's business)
@@ -165,3 +171,58 @@ def input_tie_overrides(draw: st.DrawFn, n: int, dtype: str, k_scale: float, v_s
             out.append(Override(tensor, index, bits, "input-tie"))
     return tuple(out)
 
+
+# -- scale ties: the scale itself is a bf16/fp16 tie (recipes that round the scale to the input dtype)
+@lru_cache(maxsize=1)
+def scale_tie_recipes() -> tuple[str, ...]:
+    """Recipes that round the scale to the input dtype (scale_dtype == "input"): unfused-tensor0d."""
+    return tuple(n for n, r in RECIPES.items() if r.scale_dtype == "input")
+
+
+def scale_rounding_pair(scale: float, dtype: str) -> tuple[float, float]:
+    """The two adjacent dtype values around a positive fp32 scale that is not one of them (the upper
+    one is inf past the largest finite value): what RNE chooses between when it rounds the scale."""
+    fmt = FORMATS[dtype]
+    q = quantum(scale, fmt)
+    lower = math.floor(scale / q) * q
+    if lower == scale:
+        raise ValueError(f"scale {scale!r} is a {dtype} value: its rounding chooses nothing")
+    upper = lower + q
+    return lower, (math.inf if upper > fmt.max_finite else upper)
+
+
+@lru_cache(maxsize=256)
+def scale_decisive_inputs(recipe_name: str, dtype: str, lower: float, upper: float) -> tuple[int, ...]:
+    """Bits of every non-negative finite x of dtype whose byte differs when the recipe's scale is
+    rounded to `lower` rather than `upper` (the reference's own steps, with those two fp32 scales)."""
+    recipe = dataclasses.replace(get_recipe(recipe_name), scale_dtype="fp32")  # the scale comes pre-rounded
+    bits = torch.arange(0, _INF[dtype], dtype=torch.int32)
+    xs = bits.to(_INT[dtype]).view(_TORCH[dtype])
+    lo, hi = (quantize(xs, ScaleArg("float", s, None), recipe) for s in (lower, upper))
+    return tuple(bits[lo != hi].tolist())
+
+
+@st.composite
+def scale_tie_overrides(draw: st.DrawFn, n: int, dtype: str, k_scale: float, v_scale: float,
+                        recipe: Recipe | str) -> tuple[Override, ...]:
+    """At each of the n flat positions of k and v, a dtype input whose byte tells the two roundings
+    of its tensor's scale apart (label "scale-tie-decisive"), either sign. For recipes that round the
+    scale (scale_tie_recipes()) and scales from strategies.scales.scale_tie_values(dtype); raises
+    ValueError for a scale that is a dtype value or has no such input. Shrinks toward the smallest
+    such input, positive."""
+    recipe = get_recipe(recipe)
+    if recipe.name not in scale_tie_recipes():
+        raise ValueError(f"recipe {recipe.name} reads the scale as fp32: no scale tie decides its bytes")
+    sign = 1 << 15
+    out = []
+    for tensor, scale in (("k", k_scale), ("v", v_scale)):
+        pool = scale_decisive_inputs(recipe.name, dtype, *scale_rounding_pair(scale, dtype))
+        if not pool:
+            raise ValueError(f"no {dtype} input tells the roundings of scale {scale!r} apart under {recipe.name}")
+        event(f"scale tie: {'under 100' if len(pool) < 100 else 'over 100'} decisive {dtype} inputs")
+        for index in range(n):
+            bits = pool[draw(ints(0, len(pool) - 1), label=f"{tensor}[{index}]_decisive")]
+            if draw(st.booleans(), label=f"{tensor}[{index}]_negative"):
+                bits |= sign
+            out.append(Override(tensor, index, bits, "scale-tie-decisive"))
+    return tuple(out)

@@ -119,8 +119,7 @@ MUTANTS: tuple[Mutant, ...] = (
        (TK, "mask=t < T, other=-1).to(tl.int64)", "mask=t < T, other=-1).to(tl.int32)"),
        tier="gpu", hint="a cache above 2**31 bytes written at its last pages (conformance/test_bigcache.py)"),
     _m("t0-max", "the wrapper skips all-padding batches with cache_loc.max(): raises for T=0",
-       (FU, "    if plan.num_tokens == 0:\n        return\n",
-        "    if int(plan.cache_loc.max()) < 0:\n        return\n"),
+       (FU, "    if plan.num_tokens == 0:\n", "    if int(plan.cache_loc.max()) < 0:\n"),
        hint="T=0 (must be a no-op)"),
     # -- scale ---------------------------------------------------------------------------------
     _m("reciprocal-as-division", "mul_reciprocal recipes compute x / s",
@@ -191,6 +190,31 @@ MUTANTS: tuple[Mutant, ...] = (
        (TK, "return tl.where(is_nan, 0x7F, mag | ((b >> 24) & 0x80)).to(tl.uint8)",
         "return tl.where(is_nan, 0x7F, tl.where(mag == 0, 0, mag | ((b >> 24) & 0x80))).to(tl.uint8)"),
        hint="-0.0, or a negative value below 2**-10 after scaling"),
+    # -- rounding the scale to the input dtype (unfused-tensor0d): wrong only at exact ties -------
+    # The scale's own rounding is separate code from the quotient's: `_round_bf16_sw` is reached only
+    # from `_load_scale` (the software encoder rounds the bf16 quotient inside `_e4m3_sw`), so these
+    # are invisible to the input-dtype ties of conformance/test_ties.py. Each rounds every non-tie
+    # scale correctly; only a scale whose fp32 value lies exactly halfway between two bf16 (fp16)
+    # values tells them apart (strategies.scales value class "input-tie").
+    _m("scale-bf16-ties-away", "the software bf16 rounding of the scale breaks ties away from zero",
+       (TK, "r = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000", "r = (b + 0x8000) & 0xFFFF0000"),
+       hint="recipe unfused-tensor0d, bf16 input, a scale halfway between two bf16 values whose lower one is "
+            "even: fp32 0x3F808000 (1.00390625): RNE gives 1.0, the mutant 1.0078125"),
+    _m("scale-bf16-ties-to-zero", "the software bf16 rounding of the scale drops the kept-LSB term: ties go "
+       "toward zero", (TK, "r = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000", "r = (b + 0x7FFF) & 0xFFFF0000"),
+       hint="recipe unfused-tensor0d, bf16 input, a scale halfway between two bf16 values whose lower one is "
+            "odd: fp32 0x3F818000 (1.01171875): RNE gives 1.015625, the mutant 1.0078125"),
+    _m("scale-fp16-ties-away", "the scale is rounded to fp16 by a hand-written fp32 -> fp16 conversion "
+       "(ISPC / float_to_half_fast3 style: exact below and above fp16's normal range, ties away within it)",
+       (TK, "        s = _round_input(s, IN_DTYPE, SOFTWARE)\n",
+        "        if IN_DTYPE == tl.float16:\n"
+        "            sb = s.to(tl.uint32, bitcast=True)\n"
+        "            half_up = ((sb + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)\n"
+        "            s = tl.where((s >= 2.0**-14) & (s < 65520.0), half_up, _round_input(s, IN_DTYPE, SOFTWARE))\n"
+        "        else:\n"
+        "            s = _round_input(s, IN_DTYPE, SOFTWARE)\n"),
+       hint="recipe unfused-tensor0d, fp16 input, a scale halfway between two fp16 values whose lower one is "
+            "even: fp32 0x3F801000 (1.00048828125): RNE gives 1.0, the mutant 1.0009765625"),
     # -- overflow and NaN ----------------------------------------------------------------------
     _m("saturate-always", "the software encoder always saturates (unfused-nan gives 448, not NaN)",
        (TK, "a = tl.minimum(a, 0x43E00000 if SATURATE else 0x43F00000)", "a = tl.minimum(a, 0x43E00000)"),
@@ -217,9 +241,52 @@ MUTANTS: tuple[Mutant, ...] = (
        (FU, "k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)",
         "k_bytes = plan.k_cache"),
        hint="a float8_e4m3fn k_cache (any write)"),
+    # -- memory overlap (kernel/plan.py `_check_disjoint`, kernel/overlap.py) -------------------------
+    # Block added with strategies/overlap.py: killed by conformance/test_errors.py's overlap classes
+    # (a cache sharing a byte with the other cache, k/v, cache_loc or a scale tensor must raise) and, for
+    # the checks that reject too much, by conformance/test_overlap.py (disjoint pools must be accepted).
+    # meta_tests/test_memory_overlap.py (brute-force byte sets) kills the kernel/overlap.py ones too, but it is
+    # not among the mutant harness's modules.
+    _m("overlap-caches-only", "the overlap check compares the two caches only, not what the call reads",
+       (PL, "views = [(n, t, data_address(t)) for n, t in zip(names, others) if t is not None]", "views = []"),
+       hint="a cache sharing a byte with k, v, cache_loc or a scale tensor (test_errors cache-overlaps-*)"),
+    _m("overlap-skips-scales", "scale tensors are left out of the overlap check",
+       (PL, "_check_disjoint(k_cache, v_cache, k, v, cache_loc, ks.tensor, vs.tensor)",
+        "_check_disjoint(k_cache, v_cache, k, v, cache_loc)"),
+       hint="a tensor scale whose 4 bytes lie inside a cache (test_errors cache-overlaps-scale)"),
+    _m("overlap-skips-cache-loc", "cache_loc is left out of the overlap check",
+       (PL, "_check_disjoint(k_cache, v_cache, k, v, cache_loc, ks.tensor, vs.tensor)",
+        "_check_disjoint(k_cache, v_cache, k, v, None, ks.tensor, vs.tensor)"),
+       hint="cache_loc whose bytes lie inside a cache (test_errors cache-overlaps-cache-loc)"),
+    _m("overlap-v-cache-reads-unchecked", "v_cache is checked against k_cache only, not against the reads",
+       (PL, "for name, t, addr in caches[:i] + views:", "for name, t, addr in caches[:i] + (views if i == 0 else []):"),
+       hint="v_cache sharing a byte with k, v, cache_loc or a scale tensor"),
+    _m("overlap-extents-only", "overlap decided by byte extents alone: disjoint interleaved halves are rejected",
+       ("kernel/overlap.py", "return _solvable(base_b - base_a, a.terms, a.element_size, b.terms, b.element_size)",
+        "return True"),
+       hint="K and V as the halves of one [P, 2, ps, H, D] pool, or interleaved per slot, head or byte "
+            "(test_overlap: a valid call that must be accepted)"),
+    _m("overlap-last-index-excluded", "the exact search stops one short of the cache's last index in each dim",
+       ("kernel/overlap.py", "[(s, 0, n - 1) for s, n in a_terms]", "[(s, 0, n - 2) for s, n in a_terms]"),
+       hint="the cache's last byte is the first byte of the other cache or of an input (placement "
+            "cache-last-is-first), with extents meeting only there"),
+    _m("overlap-element-bytes-ignored", "the exact search compares element starts, not bytes",
+       ("kernel/overlap.py", "w_lo, w_hi = 1 - b_size, a_size - 1", "w_lo, w_hi = 0, 0"),
+       hint="a cache whose first byte is the top byte of a 2-, 4- or 8-byte element of k, v, cache_loc or a "
+            "scale (placement cache-first-is-last)"),
+    _m("overlap-element-window-widened", "the byte window of an element is one byte too wide on each side",
+       ("kernel/overlap.py", "w_lo, w_hi = 1 - b_size, a_size - 1", "w_lo, w_hi = -b_size, a_size"),
+       hint="K and V interleaved so that a K byte sits next to a V byte without sharing it (a [P, ps, H, D, 2] "
+            "per-byte pool, or any interleaved pool: test_overlap)"),
+    # -- the eager fast path (kernel/dispatch.py): only compiled launches take it ------------------
+    _m("fast-path-ignores-alignment", "the fast path reuses the first call's VEC variant whatever the pointers",
+       ("kernel/dispatch.py", "vec = e.vec_layout and not ((a_k | a_v | kc | vc) & 15)", "vec = e.vec_layout"),
+       tier="gpu", hint="a second call of a layout whose k starts off 16-byte alignment (test_repeat moves it)"),
+    _m("fast-path-skips-overlap", "the fast path launches without the overlap check",
+       ("kernel/dispatch.py", "    if not reads_disjoint(kc, vc, e, read):\n", "    if False:\n"),
+       tier="gpu", hint="an overlapping call of a layout seen valid before (aliased caches)"),
     _m("vec-ignores-alignment", "vectorized path taken without checking that the base pointers are 16-byte aligned",
-       (FU, "\n            and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache)))",
-        ")"),
+       (FU, " and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache))", ""),
        tier="gpu", hint="a view starting at an odd element offset with D % 16 == 0 and 16-multiple strides "
                         "(CUDA: misaligned 16-byte access)"),
     _m("unmasked-load", "input loads are not masked (the bytes stay right: only memcheck sees it)",

@@ -1,0 +1,86 @@
+"""Overlap: tensors that share one buffer without a cache sharing a byte are a valid call, and the
+bytes are the reference's, over every whole buffer.
+
+Real pools keep K and V in one allocation: `[P, 2, ps, H, D]` halves (FlashInfer/SGLang), `[2, P, ...]`
+(vLLM's FlashAttention layout), K and V interleaved per slot or per head, or everything carved from
+one workspace arena; k and v may be one fused buffer or one tensor (they are only read). An overlap
+check that compares extents instead of bytes rejects these (a false positive), and an implementation
+that assumes separate buffers may write one half over the other. The invalid side (a cache sharing a
+byte with anything) is conformance/test_errors.py's overlap classes.
+
+Binds every implementation (it is the byte contract, not the argument contract). The sharing is
+drawn by strategies.overlap.sharings; a failure report prints it, and the saved Case alone rebuilds
+separate buffers (`strategies.overlap.build_shared(case, sharing)` rebuilds the shared ones).
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.bytediff import compare_caches
+from conformance.harness import fail, run_impl, run_reference
+from conformance.impls import Implementation
+from strategies.build import Built
+from strategies.case import Case
+from strategies.overlap import Sharing, build_shared, owner_of, sharings
+
+FIRST_N = 8
+#: The report's last line when the Case alone passes (conformance/classify.py keys the finding on it).
+SPECIFIC = "the same Case in separate buffers passes: the failure is specific to the shared memory"
+
+
+def _diff(expected: Built, actual: Built) -> str | None:
+    """Byte-diff every whole buffer of the call (uint8, untouched bytes and guard bands included)."""
+    reports = []
+    for name, exp in expected.buffers.items():
+        e, a = exp.cpu(), actual.buffers[name].cpu()
+        bad = (e != a).nonzero().flatten()
+        if bad.numel() == 0:
+            continue
+        lines = [f"buffer {name}: {bad.numel()} of {e.numel()} bytes differ; first {min(bad.numel(), FIRST_N)}:"]
+        for i in bad[:FIRST_N].tolist():
+            lines.append(f"  [{i}] expected 0x{int(e[i]):02X} actual 0x{int(a[i]):02X}: "
+                         f"{owner_of(actual, actual.buffers[name], i)}")
+        reports.append("\n".join(lines))
+    return "\n".join(reports) or None
+
+
+def _views(built: Built) -> str:
+    """Each tensor's shape, strides and address relative to k_cache's first byte."""
+    return "; ".join(f"{n}: shape {tuple(t.shape)} stride {t.stride()} at {t.data_ptr() - built.k_cache.data_ptr():+d}"
+                     for n, t in built.call().items() if isinstance(t, torch.Tensor))
+
+
+def _plain(case: Case, impl: Implementation, device: torch.device) -> str:
+    """Does the same Case fail with every tensor in its own buffer (strategies.build)? Then the defect is
+    not the sharing's, and `tools.repro` replays it from the saved Case."""
+    expected = run_reference(case, device)
+    actual, error = run_impl(case, impl, device)
+    if error or compare_caches(expected, actual):
+        return "the same Case in separate buffers fails too: python -m tools.repro replays it"
+    return SPECIFIC
+
+
+@given(data=st.data())
+def test_shared_but_disjoint_memory_is_accepted(data, impl, device, recipe):
+    """Caches that share a buffer with each other or with the inputs, without sharing a byte: the call
+    is accepted and every byte of every buffer equals the reference's."""
+    case = data.draw(impl.cases(recipes=(recipe,), max_tokens=8, max_heads=4, max_dim=128), label="case")
+    sharing: Sharing = data.draw(sharings(case), label="sharing")
+    expected = build_shared(case, sharing, device)
+    try:
+        run_reference(case, device, expected)
+    except ValueError as exc:  # the specification itself must accept it: a suite or kernel/plan.py bug
+        raise AssertionError(f"the reference rejects a valid call whose tensors share memory ({sharing.describe()}): "
+                             f"{exc}\n{_views(expected)}") from exc
+    actual, error = run_impl(case, impl, device, build_shared(case, sharing, device))
+    report = _diff(expected, actual)
+    if error or report:
+        where = f"sharing: {sharing.describe()}\n{_views(actual)}\n{_plain(case, impl, device)}"
+        if error:
+            fail(impl, "raises on a valid call whose caches share memory without sharing a byte:",
+                 f"{error}\n{where}", case, kind="raises")
+        fail(impl, f"differs from the reference (recipe {case.recipe}) when its tensors share memory:",
+             f"{report}\n{where}", case)
