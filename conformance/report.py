@@ -308,7 +308,9 @@ def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputC
     report["defects"] = [d.to_dict() for d in defects]
     unrun = sum(c.get("status") == "not run" for c in capabilities)
     if defects:
-        report["verdict"] = f"{len(defects)} defect{'s' * (len(defects) != 1)}"
+        report["verdict"] = f"{len(defects)} defect{'s' * (len(defects) != 1)}" + (
+            f" in what ran; incomplete: {unrun} of {len(capabilities)} rows did not run (raise --budget)"
+            if unrun else "")
     elif unrun or not outcomes.get("passed"):  # "conforms" only for what was actually run, all of it
         report["verdict"] = (f"incomplete: no defect in what ran, but {unrun} of {len(capabilities)} rows did "
                              "not run (raise --budget)")

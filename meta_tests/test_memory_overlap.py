@@ -64,7 +64,8 @@ def tensor_bytes(t: torch.Tensor) -> set[int]:
 
 def as_bytes(x: torch.Tensor) -> torch.Tensor:
     """A tensor's values as raw bytes (NaN-safe, any layout)."""
-    return x.contiguous().reshape(-1).view(torch.uint8)
+    # A fresh flat copy: contiguous() keeps any stride of a size-1 dim, which view(uint8) refuses.
+    return torch.empty(x.numel(), dtype=x.dtype, device=x.device).copy_(x.reshape(-1)).view(torch.uint8)
 
 
 def decide(a: torch.Tensor, b: torch.Tensor) -> bool:
