@@ -75,6 +75,7 @@ def simulated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch, "current_device", lambda: -1)
     monkeypatch.setattr(dispatch, "current_stream", lambda device: "stream")
     monkeypatch.setattr(dispatch, "_ENTRIES", {})
+    monkeypatch.setattr(dispatch, "_FP32", {})  # float scales validated by earlier tests in this process
     monkeypatch.setattr(dispatch, "_enabled", True)
 
 
