@@ -164,10 +164,10 @@ def _remember_float(scale: object, value: float) -> None:
 def _new_entry(key: tuple, plan: Plan, grid: tuple[int, int, int], vec_layout: bool, empty: bool) -> _Entry:
     if len(_ENTRIES) > _MAX_ENTRIES:
         _ENTRIES.clear()
-    extents = tuple(Layout.of(t).extent for t in (plan.k_cache, plan.v_cache, plan.k, plan.v, plan.cache_loc))
+    layouts = [Layout.of(t) for t in (plan.k_cache, plan.v_cache, plan.k, plan.v, plan.cache_loc)]
     k_kind, v_kind = key[_SCALE_KEYS]  # as call_key packed them
     return _Entry(plan.device.index if plan.device.type == "cuda" else -1, empty, k_kind, v_kind,
-                  extents, Layout.of(plan.k_cache), Layout.of(plan.v_cache), vec_layout, grid, {}, {})
+                  tuple(lay.extent for lay in layouts), layouts[0], layouts[1], vec_layout, grid, {}, {})
 
 
 def remember_empty(key: tuple, plan: Plan) -> None:
@@ -179,7 +179,7 @@ def remember(key: tuple, plan: Plan, compiled: object, grid: tuple[int, int, int
              constexprs: dict, vec_layout: bool, arg_names: list[str]) -> None:
     """Record a launched call: its layout's arguments and the compiled kernel of its VEC variant."""
     entry = _ENTRIES.get(key)
-    if entry is None or entry.grid != grid:
+    if entry is None:  # the key fixes T, the layout and the encoder, so the grid and VEC's layout part too
         entry = _ENTRIES[key] = _new_entry(key, plan, grid, vec_layout, False)
     values = dict(zip(arg_names, args)) | constexprs
     vec = bool(constexprs["VEC"])

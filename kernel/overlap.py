@@ -5,10 +5,11 @@ A strided view covers the bytes base + sum(i_k * stride_k) + e, with 0 <= i_k < 
 
     sum(i_k * a_k) - sum(j_k * b_k) + (e_a - e_b) = base_b - base_a
 
-has a solution inside those bounds: a bounded linear Diophantine equation. `Layout.shares_memory`
+has a solution inside those bounds: a bounded linear Diophantine equation. `shares_memory`
 first compares byte extents (disjoint extents: no overlap, the common case, a few integer compares),
 then solves the equation by depth-first search over the terms in decreasing stride, each term's
-value range cut by what the smaller terms can still make up and by their gcd. Terms of equal stride
+value range cut by what the smaller terms can still make up and by their gcd (the bytes within the
+elements are a window that the rest must land in). Terms of equal stride
 merge into one (their sum takes every value in between), which is what makes the layouts real pools
 use cheap: K and V as the two halves of `[P, 2, page, H, D]` share every stride, and the search
 refutes them at the first term. A search past `SEARCH_LIMIT` nodes gives up and reports "may
@@ -16,7 +17,7 @@ overlap": a false positive for an exotic layout is an error message, a false neg
 
 Addresses are the truth: two tensors on different storages that alias (DLPack, from_blob) overlap
 too. Tensors without storage (fake or meta tensors, while torch.compile traces) cannot be judged;
-`Layout.of` returns None for them and the real call checks again.
+`data_address` returns None for them and the real call checks again.
 """
 
 from __future__ import annotations

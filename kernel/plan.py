@@ -129,15 +129,24 @@ def _check_disjoint(k_cache: torch.Tensor, v_cache: torch.Tensor, *others: torch
     other cache, lands in an order that depends on the kernel's programs. k and v may share memory.
     Exact (kernel/overlap.py), so K and V as the disjoint halves of one pool are accepted."""
     names = ("k", "v", "cache_loc", "k_scale", "v_scale")
-    views = [(n, t, data_address(t)) for n, t in zip(names, others) if t is not None]
-    caches = [(n, t, data_address(t)) for n, t in (("k_cache", k_cache), ("v_cache", v_cache))]
+    views = _judged(zip(names, others))
+    caches = _judged((("k_cache", k_cache), ("v_cache", v_cache)))
     for i, (cname, cache, base) in enumerate(caches):
-        for name, t, addr in caches[:i] + views:
-            if base is None or addr is None:
-                continue  # no memory to judge (fake tensors while tracing): the real call checks
-            if shares_memory(Layout.of(cache), base, Layout.of(t), addr):
+        for name, layout, addr in caches[:i] + views:
+            if shares_memory(cache, base, layout, addr):
                 why = "V would overwrite K" if name == "k_cache" else f"the write would change {name} while it is read"
                 raise _fail(ValueError, f"{cname} must not overlap {name} in memory ({why})")
+
+
+def _judged(named: object) -> list[tuple[str, Layout, int]]:
+    """(name, layout, address) of each tensor given; tensors with no memory to judge (fake tensors
+    while tracing) are left out: the real call checks them."""
+    out = []
+    for name, t in named:  # type: ignore[attr-defined]
+        addr = None if t is None else data_address(t)
+        if addr is not None:
+            out.append((name, Layout.of(t), addr))
+    return out
 
 
 def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg:

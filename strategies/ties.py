@@ -157,19 +157,27 @@ def input_tie_overrides(draw: st.DrawFn, n: int, dtype: str, k_scale: float, v_s
                         recipe: Recipe | str) -> tuple[Override, ...]:
     """At each of the n flat positions of k and v, a dtype input whose scaled value is a decisive tie."""
     recipe = get_recipe(recipe)
-    sign = 1 << 15
     out = []
     for tensor, scale in (("k", k_scale), ("v", v_scale)):
         pool = decisive_input_ties(recipe.name, dtype, scale)
         if not pool:
             raise ValueError(f"no decisive {dtype} ties at scale {scale!r} under {recipe.name}: "
                              "draw the scale from tie_scales()")
-        for index in range(n):
-            bits = pool[draw(ints(0, len(pool) - 1), label=f"{tensor}[{index}]_tie")]
-            if draw(st.booleans(), label=f"{tensor}[{index}]_negative"):
-                bits |= sign
-            out.append(Override(tensor, index, bits, "input-tie"))
+        out += _signed_picks(draw, tensor, n, pool, "tie", "input-tie")
     return tuple(out)
+
+
+def _signed_picks(draw: st.DrawFn, tensor: str, n: int, pool: tuple[int, ...], name: str,
+                  label: str) -> list[Override]:
+    """Overrides of the n flat positions of one tensor: each an input of `pool` (16-bit patterns)
+    with a drawn sign. Shrinks toward pool[0], positive."""
+    out = []
+    for index in range(n):
+        bits = pool[draw(ints(0, len(pool) - 1), label=f"{tensor}[{index}]_{name}")]
+        if draw(st.booleans(), label=f"{tensor}[{index}]_negative"):
+            bits |= 1 << 15
+        out.append(Override(tensor, index, bits, label))
+    return out
 
 
 # -- scale ties: the scale itself is a bf16/fp16 tie (recipes that round the scale to the input dtype)
@@ -213,16 +221,11 @@ def scale_tie_overrides(draw: st.DrawFn, n: int, dtype: str, k_scale: float, v_s
     recipe = get_recipe(recipe)
     if recipe.name not in scale_tie_recipes():
         raise ValueError(f"recipe {recipe.name} reads the scale as fp32: no scale tie decides its bytes")
-    sign = 1 << 15
     out = []
     for tensor, scale in (("k", k_scale), ("v", v_scale)):
         pool = scale_decisive_inputs(recipe.name, dtype, *scale_rounding_pair(scale, dtype))
         if not pool:
             raise ValueError(f"no {dtype} input tells the roundings of scale {scale!r} apart under {recipe.name}")
         event(f"scale tie: {'under 100' if len(pool) < 100 else 'over 100'} decisive {dtype} inputs")
-        for index in range(n):
-            bits = pool[draw(ints(0, len(pool) - 1), label=f"{tensor}[{index}]_decisive")]
-            if draw(st.booleans(), label=f"{tensor}[{index}]_negative"):
-                bits |= sign
-            out.append(Override(tensor, index, bits, "scale-tie-decisive"))
+        out += _signed_picks(draw, tensor, n, pool, "decisive", "scale-tie-decisive")
     return tuple(out)

@@ -248,7 +248,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # meta_tests/test_memory_overlap.py (brute-force byte sets) kills the kernel/overlap.py ones too, but it is
     # not among the mutant harness's modules.
     _m("overlap-caches-only", "the overlap check compares the two caches only, not what the call reads",
-       (PL, "views = [(n, t, data_address(t)) for n, t in zip(names, others) if t is not None]", "views = []"),
+       (PL, "views = _judged(zip(names, others))", "views = []"),
        hint="a cache sharing a byte with k, v, cache_loc or a scale tensor (test_errors cache-overlaps-*)"),
     _m("overlap-skips-scales", "scale tensors are left out of the overlap check",
        (PL, "_check_disjoint(k_cache, v_cache, k, v, cache_loc, ks.tensor, vs.tensor)",
@@ -259,7 +259,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_check_disjoint(k_cache, v_cache, k, v, None, ks.tensor, vs.tensor)"),
        hint="cache_loc whose bytes lie inside a cache (test_errors cache-overlaps-cache-loc)"),
     _m("overlap-v-cache-reads-unchecked", "v_cache is checked against k_cache only, not against the reads",
-       (PL, "for name, t, addr in caches[:i] + views:", "for name, t, addr in caches[:i] + (views if i == 0 else []):"),
+       (PL, "for name, layout, addr in caches[:i] + views:",
+        "for name, layout, addr in caches[:i] + (views if i == 0 else []):"),
        hint="v_cache sharing a byte with k, v, cache_loc or a scale tensor"),
     _m("overlap-extents-only", "overlap decided by byte extents alone: disjoint interleaved halves are rejected",
        ("kernel/overlap.py", "return _solvable(base_b - base_a, a.terms, a.element_size, b.terms, b.element_size)",
