@@ -30,8 +30,10 @@ from conformance.impls import test_device
 
 # conformance.session: --impl/--convention/--recipe, the implementations and recipes of the run, its
 # header and fixtures; conformance.stats: examples/s per property and kernel variants compiled.
-# conformance.pinning: the GPU each test ran on; conformance.database: examples keyed by node id
-pytest_plugins = ["conformance.session", "conformance.stats", "conformance.pinning", "conformance.database"]
+# conformance.pinning: the GPU each test ran on; conformance.database: examples keyed by node id;
+# conformance.timeline: every process's tests in time, with $KVFP8_TIMELINE (tools/timeline.py)
+pytest_plugins = ["conformance.session", "conformance.stats", "conformance.pinning", "conformance.database",
+                  "conformance.timeline"]
 
 DATABASE_DIR = os.environ.get("KVFP8_HYPOTHESIS_DB", ".hypothesis/examples")
 DATABASE = example_database()  # DATABASE_DIR, and the shared databases of docs/database.md

@@ -549,6 +549,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                         "InvalidArgument")):
         return [Finding("unclassified", f"unclassified:{kind}", f"Hypothesis: {kind}: {normalize(message, 100)}",
                         replayable=False)]
+    if kind == "SuiteError":  # conformance.harness: the reference raised; never the implementation's defect
+        return [Finding("unclassified", "unclassified:suite", f"a suite bug, not this implementation's: "
+                        f"{normalize(what, 160)}", replayable=False)]
     if not conformance:
         if isinstance(exc, AssertionError):
             return [Finding("unclassified", "unclassified:assertion", f"a suite assertion failed: {normalize(message)}",

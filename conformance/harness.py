@@ -52,10 +52,19 @@ def fail(impl: Implementation, what: str, report: str, case: Case | None = None,
     raise _failure_kind(kind)(f"{impl.name}: {what}\n{report}")
 
 
+class SuiteError(RuntimeError):
+    """The suite itself failed on a Case (its reference raised): a bug to report against this
+    repository, never a defect of the implementation under test."""
+
+
 def run_reference(case: Case, device: torch.device, built: Built | None = None) -> Built:
     """The reference on the Case's tensors (`built`, or a fresh build); returns them."""
     expected = built or build(case, device)
-    naive_fp8_set_kv_buffer(**expected.call())
+    try:
+        naive_fp8_set_kv_buffer(**expected.call())
+    except Exception as exc:
+        raise SuiteError(f"the reference (this suite's specification, not the implementation under test) "
+                         f"raised {type(exc).__name__}: {exc}\ncase: {case.to_json()}") from exc
     return expected
 
 

@@ -85,6 +85,18 @@ def test_opcheck_schema_with_fp8_caches(impl, device):
     torch.library.opcheck(OP, op_args(build(case, device), encoder), test_utils=("test_schema",))
 
 
+
+def test_op_marks_its_caches_modified(impl, device):
+    """An in-place op bumps each mutated tensor's version counter (autograd refuses a stale saved
+    tensor by it); the op is registered without custom_op's wrapper, so it does this itself."""
+    encoder = fused_encoder(impl)
+    built = build(Case(num_tokens=1, num_heads=1, head_dim=16, page_size=1, num_pages=2, cache_loc=(1,)), device)
+    before = (built.k_cache._version, built.v_cache._version, built.k._version)
+    OP(*op_args(built, encoder))
+    after = (built.k_cache._version, built.v_cache._version, built.k._version)
+    assert after[0] > before[0] and after[1] > before[1], f"cache versions {before[:2]} -> {after[:2]}"
+    assert after[2] == before[2], f"k is only read, yet its version went {before[2]} -> {after[2]}"
+
 def compiled(encoder: str | None, dynamic: bool) -> tuple[Implementation, CompileCounterWithBackend]:
     """A caller of the custom op under torch.compile(fullgraph=True), and its compile counter."""
     counter = CompileCounterWithBackend(BACKEND)

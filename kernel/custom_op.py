@@ -24,6 +24,7 @@ anything is written.
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import increment_version
 
 from kernel.fused import fused_fp8_set_kv_buffer
 from kernel.plan import _check_tensor, _normalize_scale, make_plan
@@ -32,30 +33,35 @@ from kernel.recipe import DEFAULT_RECIPE, RECIPES, Recipe
 OP_NAME = "kvfp8::fused_fp8_set_kv_buffer"
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=("k_cache", "v_cache"))
-def _fused_op(
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    cache_loc: torch.Tensor,
-    k_scale: torch.Tensor | None,
-    v_scale: torch.Tensor | None,
-    k_scale_value: float | None,
-    v_scale_value: float | None,
-    page_size: int,
-    recipe: str,
-    checked: bool,
-    encoder: str | None,
-    use_triton: bool,
-) -> None:
+_SCHEMA = ("fused_fp8_set_kv_buffer(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+           "Tensor cache_loc, Tensor? k_scale, Tensor? v_scale, float? k_scale_value, float? v_scale_value, "
+           "SymInt page_size, str recipe, bool checked, str? encoder, bool use_triton) -> ()")
+
+# Defined with torch.library.Library, not torch.library.custom_op: custom_op's Python wrappers (its
+# autograd and in-place handling) cost about 14 us a call on the CPU machine, most of the op's
+# host time. Here the dispatcher goes straight to the implementation, which bumps the mutated caches'
+# version counters itself, as an in-place op must (custom_op did it in one of those wrappers).
+_LIB = torch.library.Library("kvfp8", "DEF")
+_LIB.define(_SCHEMA)
+
+
+def _fused_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              cache_loc: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
+              k_scale_value: float | None, v_scale_value: float | None, page_size: int, recipe: str,
+              checked: bool, encoder: str | None, use_triton: bool) -> None:
     ks = _one_scale("k_scale", k_scale, k_scale_value)
     vs = _one_scale("v_scale", v_scale, v_scale_value)
     fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, ks, vs, page_size, use_triton,
                             recipe=recipe, checked=checked, encoder=encoder)
+    increment_version((k_cache, v_cache))
 
 
-@_fused_op.register_fake
+# One implementation for every backend: the eager call picks the device itself (CUDA, or the Triton
+# interpreter on the CPU) and raises its own error for any other.
+_LIB.impl("fused_fp8_set_kv_buffer", _fused_op, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake(OP_NAME, lib=_LIB)
 def _fused_op_fake(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, k_scale_value, v_scale_value,
                    page_size, recipe, checked, encoder, use_triton) -> None:
     # Float scales are left out: their fp32 check builds a tensor from the value (real impl only).
@@ -89,6 +95,9 @@ def _split_scale(name: str, scale: object, device: torch.device) -> tuple[torch.
     return None, float(scale)
 
 
+_OP = torch.ops.kvfp8.fused_fp8_set_kv_buffer.default
+
+
 def fused_fp8_set_kv_buffer_op(
     k: torch.Tensor,
     v: torch.Tensor,
@@ -112,5 +121,5 @@ def fused_fp8_set_kv_buffer_op(
     device = _check_tensor("k", k).device
     kt, kf = _split_scale("k_scale", k_scale, device)
     vt, vf = _split_scale("v_scale", v_scale, device)
-    torch.ops.kvfp8.fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, kt, vt, kf, vf, page_size,
+    _OP(k, v, k_cache, v_cache, cache_loc, kt, vt, kf, vf, page_size,
                                             _recipe_name(recipe), checked, encoder, use_triton)

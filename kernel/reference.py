@@ -98,11 +98,14 @@ def scale_to_fp32(scale: ScaleArg, device: torch.device) -> torch.Tensor:
     return torch.tensor(scale.value, dtype=torch.float32, device=device)
 
 
-def scaled(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
-    """The fp32 values the recipe hands to the e4m3 rounding: scale, then the intermediate rounding."""
+def scaled(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """The fp32 values the recipe hands to the e4m3 rounding: scale, then the intermediate rounding.
+
+    `scale` is a ScaleArg, or fp32 scales as a tensor that broadcasts against x (one per batch).
+    """
     in_fmt = INPUT_FORMATS[x.dtype]
     x32 = x.to(torch.float32)  # exact widening
-    s32 = scale_to_fp32(scale, x.device)
+    s32 = scale if isinstance(scale, torch.Tensor) else scale_to_fp32(scale, x.device)
     if recipe.scale_dtype == "input":  # a 0-d tensor takes part in div_ in the input dtype
         s32 = round_to_input_dtype(s32, in_fmt)
     if recipe.scale_op == "mul_reciprocal":  # ATen's CUDA div by a scalar: x * (1.0f / s)
@@ -114,22 +117,29 @@ def scaled(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
     return y
 
 
-def quantize(x: torch.Tensor, scale: ScaleArg, recipe: Recipe) -> torch.Tensor:
+def quantize(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """The definition: input values -> e4m3 bytes under `recipe`, step by step."""
     return encode_e4m3(scaled(x, scale, recipe), recipe)
 
 
-def scatter(plan: Plan, x: torch.Tensor, cache: torch.Tensor, scale: ScaleArg) -> None:
-    """Write token t's bytes to slot cache_loc[t]; negative or out-of-range slots write nothing."""
+def write_slots(plan: Plan) -> None:
+    """Quantize each written token's K and V and store the bytes at slot cache_loc[t], which is page
+    slot // page_size, offset slot % page_size. Negative or out-of-range slots write nothing.
+
+    K and V go through `quantize` as one batch of two, each with its own scale: the same steps on
+    the same values, in half the device launches.
+    """
     loc = plan.cache_loc.to(torch.int64)
     tokens = ((loc >= 0) & (loc < plan.num_slots)).nonzero().flatten()
     slots = loc[tokens]
-    data = quantize(x[tokens], scale, plan.recipe)
-    cache_bytes = cache.view(torch.uint8)  # a view: writes land in the caller's storage
-    if cache.dim() == 3:
-        cache_bytes[slots] = data
-    else:
-        cache_bytes[slots // plan.page_size, slots % plan.page_size] = data
+    scales = torch.stack([scale_to_fp32(s, plan.k.device) for s in (plan.k_scale, plan.v_scale)])
+    data = quantize(torch.stack((plan.k[tokens], plan.v[tokens])), scales.reshape(2, 1, 1, 1), plan.recipe)
+    for cache, bytes_ in ((plan.k_cache, data[0]), (plan.v_cache, data[1])):
+        cache_bytes = cache.view(torch.uint8)  # a view: writes land in the caller's storage
+        if cache.dim() == 3:
+            cache_bytes[slots] = bytes_
+        else:
+            cache_bytes[slots // plan.page_size, slots % plan.page_size] = bytes_
 
 
 def naive_fp8_set_kv_buffer(
@@ -151,5 +161,4 @@ def naive_fp8_set_kv_buffer(
                      recipe=recipe, checked=checked)
     if plan.num_tokens == 0:
         return
-    scatter(plan, plan.k, plan.k_cache, plan.k_scale)
-    scatter(plan, plan.v, plan.v_cache, plan.v_scale)
+    write_slots(plan)

@@ -87,3 +87,19 @@ def test_markdown_summary():
     text = fuzz.markdown(summary)
     assert "| all (2 at a time) | 400 | 2.00 a process | 2 |" in text, text
     assert "`a` (1 shrunk, 2 unshrunk; first reported 12 s in): E at f:1" in text, text
+
+
+def test_a_stored_skip_is_not_a_failure():
+    assert fuzz._is_skip("Skipped: the custom op wraps this repository's kernel")
+    assert fuzz._is_skip("_pytest.outcomes.Skipped: needs CUDA")
+    assert not fuzz._is_skip("ConformanceFailure[bytes]: fused-hardware: differs from the reference")
+    assert not fuzz._is_skip("")
+
+
+def test_replay_command_carries_the_database_and_the_campaigns_pytest_args(monkeypatch):
+    monkeypatch.setenv("KVFP8_HYPOTHESIS_DB", "/tmp/rare db")
+    cmd = fuzz.replay_command("conformance/test_bit_exact.py::test_bit_exact[x-unfused]",
+                              ["--impl", "meta_tests/rare_defect_impl.py:fused_fp8_set_kv_buffer"])
+    assert cmd == ("KVFP8_HYPOTHESIS_DB='/tmp/rare db' HYPOTHESIS_PROFILE=dev python -m pytest -p no:cacheprovider "
+                   "'conformance/test_bit_exact.py::test_bit_exact[x-unfused]' "
+                   "--impl meta_tests/rare_defect_impl.py:fused_fp8_set_kv_buffer")

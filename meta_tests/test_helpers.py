@@ -17,7 +17,7 @@ from hypothesis.errors import InvalidArgument
 from conformance.bytediff import locate
 from conformance.cachemap import buffer_size, byte_index, written_mask, written_slots
 from strategies import cases
-from strategies.build import GUARD_BYTES, hash32
+from strategies.build import GUARD_BYTES, _hash32_int, hash32
 from strategies.case import Case, Layout
 from tools import repro
 
@@ -38,6 +38,7 @@ def test_value_hash_is_lowbias32_and_stable():
     xs = [0, 1, 2, 3, 0x7FFFFFFF, 0x80000000, M32, 123456789, 2**31 + 12345]
     got = hash32(torch.tensor(xs, dtype=torch.int64)).tolist()
     assert got == [_lowbias32(x) for x in xs]
+    assert [_hash32_int(x) for x in xs] == got  # the stream keys' integer form, too
     # Failure files (format 2) rebuild their values from these: a change here breaks every saved Case.
     assert got[1:3] == [1753845952, 3507691905] and got[7] == 2834422664
 
@@ -101,3 +102,22 @@ def test_committed_h200_red_run_replays_its_recorded_report():
     out = io.StringIO()
     rc = repro.replay(str(RED_RUN), args, out)
     assert rc == 1 and record["report"] in out.getvalue(), out.getvalue()
+
+
+def test_a_reference_failure_is_blamed_on_the_suite(monkeypatch):
+    """If the specification itself raises on a Case, no report may call it the implementation's defect."""
+    from conformance import harness
+    from conformance.classify import classify_failure
+    from conformance.impls import Implementation
+    from kernel import naive_fp8_set_kv_buffer
+
+    def broken_reference(**kwargs):
+        raise RuntimeError("value cannot be converted to type float without overflow")
+
+    monkeypatch.setattr(harness, "naive_fp8_set_kv_buffer", broken_reference)
+    case = Case(num_tokens=1, num_heads=1, head_dim=4, page_size=1, num_pages=1, cache_loc=(0,))
+    impl = Implementation("reference", naive_fp8_set_kv_buffer, {})
+    with pytest.raises(harness.SuiteError, match="not the implementation under test") as info:
+        harness.check_case(case, impl, torch.device("cpu"))
+    [finding] = classify_failure(info.value, "test_bit_exact", "test_bit_exact", {}, impl, torch.device("cpu"))
+    assert finding.key == "unclassified:suite" and "suite bug" in finding.title, finding

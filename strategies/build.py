@@ -93,10 +93,18 @@ def hash32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+def _hash32_int(x: int) -> int:
+    """hash32 of one value, in Python integers (no tensor: a key costs no device work)."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & MASK32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
 def stream_key(seed: int, stream: str) -> int:
     """A 32-bit key per (seed, stream), so that every tensor of a Case draws independent values."""
-    mixed = (seed * 1_000_003 + sum(map(ord, stream)) * 7919) & MASK32
-    return int(hash32(torch.tensor([mixed], dtype=torch.int64)).item())
+    return _hash32_int((seed * 1_000_003 + sum(map(ord, stream)) * 7919) & MASK32)
 
 
 def seeded_bits(seed: int, stream: str, n: int, device: torch.device) -> torch.Tensor:
@@ -128,7 +136,7 @@ def _logical_values(case: Case, name: str, scale: Scale, device: torch.device) -
     subnormal = ((1 << man_bits) | fraction) >> shift
     bits = torch.where(biased > max_biased, largest, torch.where(biased < 1, subnormal, normal))
     bits = bits | ((h >> 31) << (width - 1))
-    for o in case.overrides:
+    for o in case.overrides:  # one fill each: an index tensor would cost a host-to-device copy, which waits
         if o.tensor == name and o.index < bits.numel():
             bits[o.index] = o.bits
     signed = torch.where(bits >= 1 << (width - 1), bits - (1 << width), bits)

@@ -405,7 +405,7 @@ def plot(rows: list[Row], path: Path, default: str) -> None:
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
         ax.set_xscale("log", base=2)
-        ax.axhline(93, color="gray", ls=":", lw=1)
+        ax.axhline(95, color="gray", ls=":", lw=1)
         ax.set_title(f"{default}, H={h} D={d}")
         ax.set_xlabel("tokens T")
     axes[0][0].set_ylabel("% of copy roofline")

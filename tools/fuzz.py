@@ -25,6 +25,8 @@ import functools
 import importlib.util
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,6 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from conformance.database import DIR_ENV
 from conformance.pinning import visible_devices
 from tools import _cli
 
@@ -226,7 +229,7 @@ def summarize(pytest_args: list[str], since: float) -> dict[str, Any]:
     collection = collect_tests(pytest_args)  # the test -> database key map, and the database
     db = HypofuzzDatabase(settings().database)
     per_worker: dict[str, dict[str, list[float]]] = defaultdict(dict)  # worker -> test -> [examples, s]
-    failures = []
+    failures, skipped = [], []
     for target in collection.fuzz_targets:
         found = None  # when this campaign's first report counting a failing example was saved
         for report in db.reports.fetch(target.database_key):
@@ -252,14 +255,21 @@ def summarize(pytest_args: list[str], since: float) -> dict[str, Any]:
         fatal = db.fatal_failures.fetch(target.database_key)
         if fatal is not None:
             entry.update(error="fatal: " + fatal.traceback.strip().splitlines()[-1], fatal=True)
-        if entry["shrunk"] or entry["unshrunk"] or fatal is not None:
+        if _is_skip(entry["error"]):  # HypoFuzz stores a test's pytest.skip like a failure
+            skipped.append(entry)
+        elif entry["shrunk"] or entry["unshrunk"] or fatal is not None:
             failures.append(entry)
     workers = {w: {"examples": int(sum(e for e, _ in tests.values())),
                    "seconds_in_tests": round(sum(s for _, s in tests.values()), 1), "tests": sorted(tests)}
                for w, tests in per_worker.items()}
     return {"fuzzed": [t.nodeid for t in collection.fuzz_targets],
             "not_fuzzed": {k: v["status_reason"] for k, v in collection.not_collected.items()},
-            "workers": workers, "failures": failures}
+            "workers": workers, "failures": failures, "skipped": skipped}
+
+
+def _is_skip(reason: str) -> bool:
+    """True for a pytest.skip (`Skipped: ...`, or with its module path), which is no failure."""
+    return re.match(r"^([\w.]*\.)?Skipped\b", reason) is not None
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -281,10 +291,21 @@ def markdown(summary: dict[str, Any]) -> str:
         when = f"; first reported {f['found_after_s']} s in" if f["found_after_s"] is not None else ""
         lines.append(f"- `{f['test']}` ({f['shrunk']} shrunk, {f['unshrunk']} unshrunk{when}): "
                      f"{f['error'] or 'saved by a pytest run'}")
+    if summary.get("skipped"):
+        lines += ["", "Skipped, not failures (HypoFuzz stores a skip like a failing example): "
+                  + ", ".join(f"`{f['test']}`" for f in summary["skipped"])]
     if summary["failures"]:
         lines += ["", "Replay one (Hypothesis replays the database's example first, shrinks it and writes "
-                      "the failure file): `HYPOTHESIS_PROFILE=dev python -m pytest -p no:cacheprovider 'TEST'`"]
+                      f"the failure file): `{replay_command('TEST', summary.get('extra_args', []))}`"]
     return "\n".join(lines) + "\n"
+
+
+def replay_command(test: str, extra: list[str]) -> str:
+    """The command that replays `test` from this campaign's database, with the campaign's pytest arguments."""
+    db = os.environ.get(DIR_ENV)
+    prefix = f"{DIR_ENV}={shlex.quote(db)} " if db else ""
+    return " ".join([f"{prefix}HYPOTHESIS_PROFILE=dev python -m pytest -p no:cacheprovider", shlex.quote(test),
+                     *map(shlex.quote, extra)])
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -308,6 +329,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         p.error("the ci profile is derandomized and has no database: HypoFuzz would skip every test")
     args.devices = cuda_devices()
     args.processes = args.processes or len(args.devices) or os.cpu_count() or 1
+    args.extra = extra
     return args, [*(args.modules or property_modules()), "-p", "no:cacheprovider", *extra]
 
 
@@ -337,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ["HYPOTHESIS_PROFILE"] = args.profile  # the summary's collection loads the same database
     summary = summarize(pytest_args, since)
+    summary["extra_args"] = args.extra
     summary["campaign"] = {"started": wall_start, "seconds": round(seconds, 1), "processes": args.processes,
                            "devices": args.devices, "profile": args.profile,
                            "hub_restarts": [hub.restarts for hub in hubs]}

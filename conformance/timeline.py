@@ -1,0 +1,52 @@
+"""Where a run's wall time goes: every process's start, collection and tests, as one line each.
+
+With $KVFP8_TIMELINE set to a file, the controller and each xdist worker append lines
+`<unix time> <process> <event> [<node id>]` to it (events: import, configure, collected, start,
+finish, sessionfinish); unset, the plugin does nothing. `python -m tools.timeline FILE` sums it up:
+the time to the first test, how busy each worker was, and how long the tail ran.
+Registered as a pytest plugin from conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import IO
+
+import pytest
+
+TIMELINE_ENV = "KVFP8_TIMELINE"
+_out: IO[str] | None = None
+
+
+def _write(event: str, what: str = "") -> None:
+    global _out
+    path = os.environ.get(TIMELINE_ENV)
+    if not path:
+        return
+    if _out is None:  # appends of one short line each, from several processes: line-buffered
+        _out = open(path, "a", buffering=1)  # noqa: SIM115 (kept open for the whole session)
+    _out.write(f"{time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} {event} {what}".rstrip() + "\n")
+
+
+_write("import")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _write("configure")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _write("collected", str(len(session.items)))
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    _write("start", nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    _write("finish", nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _write("sessionfinish")

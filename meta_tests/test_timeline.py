@@ -1,0 +1,38 @@
+"""tools.timeline reads what conformance/timeline.py writes, and sums it up right."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tools.timeline import busy_by_slice, read, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_summary_of_a_made_up_timeline(tmp_path: Path):
+    lines = ["100.0 main import", "101.0 gw0 configure", "102.0 gw0 collected 2", "102.0 gw1 collected 2",
+             "103.0 gw0 start a", "113.0 gw0 finish a", "103.0 gw1 start b", "105.0 gw1 finish b",
+             "103.0 main start a"]  # the controller's copy of a worker's event is not a worker's test
+    path = tmp_path / "tl.txt"
+    path.write_text("\n".join(lines) + "\n")
+    procs = read(path)
+    assert procs["gw0"].tests == [("a", 3.0, 13.0)] and procs["gw1"].busy == 2.0
+    workers = [procs["gw0"], procs["gw1"]]
+    assert busy_by_slice(workers, 3.0, 13.0, 5.0) == [(3.0, 1.4), (8.0, 1.0)]
+    text = summary(procs, width=5.0)
+    assert text.startswith("first test at 3.0 s; tests ran 10.0 s, to 13.0 s; 2 tests on 2 worker(s), 12 s busy")
+    assert "| gw0 | 1.0 | 2.0 | 3.0 | 13.0 | 1 | 10.0 | 100 |" in text, text
+
+
+def test_a_pytest_run_writes_its_timeline(tmp_path: Path):
+    path = tmp_path / "tl.txt"
+    env = dict(os.environ, KVFP8_TIMELINE=str(path))
+    env.pop("PYTEST_XDIST_WORKER", None)  # under xdist this test's own worker id would name the child run
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "meta_tests/test_tiles.py"],
+                   cwd=ROOT, env=env, check=True, capture_output=True)
+    procs = read(path)
+    assert {"import", "configure", "collected", "start", "finish", "sessionfinish"} <= set(procs["main"].marks)
+    assert len(procs["main"].tests) == 2, procs["main"].tests

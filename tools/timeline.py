@@ -1,0 +1,101 @@
+"""Sum up a run's timeline (conformance/timeline.py): startup, how busy each worker was, and when.
+
+    KVFP8_TIMELINE=/tmp/tl.txt make test
+    python -m tools.timeline /tmp/tl.txt [--bin 10] [--slowest 10]
+
+Prints, in markdown: the seconds from the first process's start to its first test, one row per
+process (configured, collected, first test, last test, tests, busy seconds and % of the test phase),
+the average number of busy workers in each `--bin`-second slice of the test phase, and the slowest
+tests. Workers idle while tests remain point at scheduling; busy workers with a long wall point at
+the tests themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools._cli import parser
+
+
+@dataclass
+class Process:
+    name: str
+    marks: dict[str, float] = field(default_factory=dict)  # first time of each event
+    tests: list[tuple[str, float, float]] = field(default_factory=list)  # (node id, start, finish)
+    _open: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def busy(self) -> float:
+        return sum(end - start for _, start, end in self.tests)
+
+
+def read(path: Path) -> dict[str, Process]:
+    """The timeline's processes by name, times in seconds from its first line."""
+    rows = []
+    for line in path.read_text().splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3:
+            rows.append((float(parts[0]), parts[1], parts[2], parts[3] if len(parts) > 3 else ""))
+    t0 = min((r[0] for r in rows), default=0.0)
+    procs: dict[str, Process] = {}
+    for t, name, event, what in sorted(rows):
+        p = procs.setdefault(name, Process(name))
+        p.marks.setdefault(event, t - t0)
+        if event == "start":
+            p._open[what] = t - t0
+        elif event == "finish" and what in p._open:
+            p.tests.append((what, p._open.pop(what), t - t0))
+    return procs
+
+
+def busy_by_slice(workers: list[Process], start: float, end: float, width: float) -> list[tuple[float, float]]:
+    """(slice start, average busy workers) for each `width`-second slice of [start, end)."""
+    out = []
+    s = start
+    while s < end:
+        e = min(s + width, end)
+        covered = sum(max(0.0, min(e, b) - max(s, a)) for w in workers for _, a, b in w.tests)
+        out.append((s, covered / (e - s)))
+        s = e
+    return out
+
+
+def summary(procs: dict[str, Process], width: float = 10.0, slowest: int = 10) -> str:
+    workers = [p for name, p in procs.items() if name != "main"] or list(procs.values())
+    tests = [t for w in workers for t in w.tests]
+    if not tests:
+        return "no finished test in the timeline"
+    first, last = min(a for _, a, _ in tests), max(b for _, _, b in tests)
+    phase = last - first
+    lines = [f"first test at {first:.1f} s; tests ran {phase:.1f} s, to {last:.1f} s; "
+             f"{len(tests)} tests on {len(workers)} worker(s), {sum(w.busy for w in workers):.0f} s busy in all "
+             f"(an average of {sum(w.busy for w in workers) / max(phase, 1e-9):.1f} busy)", "",
+             "| process | configured s | collected s | first test s | last test s | tests | busy s | busy % |",
+             "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+    for w in sorted(workers, key=lambda w: (len(w.name), w.name)):
+        ends = [b for _, _, b in w.tests]
+        lines.append(f"| {w.name} | {fmt(w.marks.get('configure'))} | {fmt(w.marks.get('collected'))} | "
+                     f"{fmt(w.marks.get('start'))} | {fmt(max(ends) if ends else None)} | {len(w.tests)} | "
+                     f"{w.busy:.1f} | {100 * w.busy / max(phase, 1e-9):.0f} |")
+    lines += ["", "busy workers by slice: " + ", ".join(f"{s:.0f} s: {b:.1f}"
+                                                       for s, b in busy_by_slice(workers, first, last, width))]
+    lines += ["", "| slowest tests | s |", "|---|---|"]
+    for name, a, b in sorted(tests, key=lambda t: t[1] - t[2])[:slowest]:
+        lines.append(f"| {name} | {b - a:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("timeline", __doc__)
+    p.add_argument("file", type=Path, help="the file $KVFP8_TIMELINE named")
+    p.add_argument("--bin", type=float, default=10.0, help="seconds per slice of the busy-worker line")
+    p.add_argument("--slowest", type=int, default=10, help="how many of the slowest tests to list")
+    args = p.parse_args(argv)
+    print(summary(read(args.file), args.bin, args.slowest))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
