@@ -441,9 +441,13 @@ def _graph(what: str, message: str) -> Finding:
                    cell="wrong bytes", replayable=False)
 
 
-def _exhaustive_case(params: dict[str, Any], impl: Implementation):
-    """The exhaustive property's Case (and its pattern fill) from the test's parameters."""
+def _exhaustive_case(params: dict[str, Any], impl: Implementation, message: str = ""):
+    """The exhaustive property's Case (and its pattern fill): the one its report names, else the one
+    the test's parameters make (the tests that loop over scales have no scale parameter)."""
     from conformance import test_exhaustive as ex
+    named = case_in(message)
+    if named is not None:
+        return named, ex.fill_patterns
     scales = params.get("scales")
     if not isinstance(scales, tuple) or len(scales) != 2 or "dtype" not in params or "recipe" not in params:
         return None, None
@@ -504,15 +508,25 @@ def classify_failure(exc: BaseException, test: str, module: str, params: dict[st
     return findings
 
 
+def case_in(message: str) -> Case | None:
+    """The Case a report names as "case: {json}" (graph and exhaustive reports), if it can be read."""
+    start = message.find("case: {")
+    if start < 0:
+        return None
+    try:
+        return Case.from_dict(json.JSONDecoder().raw_decode(message[start + len("case: "):])[0])
+    except (ValueError, KeyError, TypeError):  # a report cut short, or a Case this version cannot read
+        return None
+
+
 def _eager_findings(message: str, impl: Implementation | None, device: torch.device | None) -> list[Finding]:
     """The eager call's defects on the Case a graph report names ("case: {json}"), if any."""
-    start = message.find("case: {")
-    if impl is None or device is None or start < 0:
+    case = case_in(message)
+    if impl is None or device is None or case is None:
         return []
     try:
-        case, _ = json.JSONDecoder().raw_decode(message[start + len("case: "):])
-        found = classify_case(Case.from_dict(case), impl, device)
-    except Exception:  # a report cut short, or a Case this version cannot read: classify by the text
+        found = classify_case(case, impl, device)
+    except Exception:  # the replay itself failed: classify by the text
         return []
     for f in found:
         f.replayable = False
@@ -570,7 +584,7 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
     if impl is None or device is None:
         return _lines_fallback(message) or [Finding("unclassified", "unclassified:no-impl", normalize(what))]
     if module == "test_exhaustive":
-        case, fill = _exhaustive_case(params, impl)
+        case, fill = _exhaustive_case(params, impl, message)
         findings = classify_case(case, impl, device, fill) if case is not None else []
         for f in findings:
             f.replayable = False

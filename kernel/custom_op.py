@@ -121,5 +121,5 @@ def fused_fp8_set_kv_buffer_op(
     device = _check_tensor("k", k).device
     kt, kf = _split_scale("k_scale", k_scale, device)
     vt, vf = _split_scale("v_scale", v_scale, device)
-    _OP(k, v, k_cache, v_cache, cache_loc, kt, vt, kf, vf, page_size,
-                                            _recipe_name(recipe), checked, encoder, use_triton)
+    _OP(k, v, k_cache, v_cache, cache_loc, kt, vt, kf, vf, page_size, _recipe_name(recipe), checked, encoder,
+        use_triton)

@@ -121,3 +121,31 @@ def test_a_reference_failure_is_blamed_on_the_suite(monkeypatch):
         harness.check_case(case, impl, torch.device("cpu"))
     [finding] = classify_failure(info.value, "test_bit_exact", "test_bit_exact", {}, impl, torch.device("cpu"))
     assert finding.key == "unclassified:suite" and "suite bug" in finding.title, finding
+
+
+def _always_tensor0d(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                     use_triton=True, *, recipe="unfused", checked=False):
+    """An implementation that rounds a tensor scale to the input dtype whatever recipe it is told."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                            recipe="unfused-tensor0d", checked=checked)
+
+
+def test_every_scale_exhaustive_failure_is_classified_by_its_case():
+    """test_all_patterns_every_scale loops over scales (no scale parameter): the classifier replays the
+    Case its report names, so the defect gets its recipe, not a bare "writes wrong bytes"."""
+    from conformance.classify import classify_failure
+    from conformance.harness import ConformanceFailure
+    from conformance.impls import Implementation
+    from conformance.test_exhaustive import check_patterns, pattern_case
+    from strategies.case import Scale
+
+    impl = Implementation("always-tensor0d", _always_tensor0d, {})
+    cpu = torch.device("cpu")
+    scale = Scale("tensor0d", 0.30000001192092896)
+    with pytest.raises(ConformanceFailure) as info:
+        check_patterns(pattern_case("float16", scale, scale, "unfused-nan"), impl, cpu)
+    findings = classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
+                                {"dtype": "float16", "recipe": "unfused-nan"}, impl, cpu)
+    assert [f.key for f in findings] == ["rounding"], findings
+    assert "unfused-tensor0d" in findings[0].facts["recipes"], findings[0].facts
