@@ -16,13 +16,14 @@ import pytest
 
 from conformance.harness import ConformanceFailure, check_case
 from conformance.identification import held_recipe, identify, sweep_points
-from conformance.impls import from_spec, test_device
+from conformance.impls import from_spec
+from conformance.impls import test_device as _test_device  # not collected as a test
 from strategies.case import Case, Scale
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PLANTED = f"{EXAMPLES / 'sglang_triton_planted.py'}:fused_fp8_set_kv_buffer"
 VLLM = f"{EXAMPLES / 'vllm_divide.py'}:reshape_and_cache_flash"
-DEVICE = test_device()
+DEVICE = _test_device()
 
 
 @pytest.fixture(autouse=True)
