@@ -22,6 +22,8 @@ Cases are kept tiny (T <= 2, H <= 2, D <= 8): the interpreter's cost is per prog
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -30,6 +32,7 @@ from hypothesis import strategies as st
 from conformance.harness import check_case
 from strategies import Scale
 from strategies._cache import sampled
+from strategies.case import Case, Override
 from strategies.scales import TIE_DTYPES, scale_tie_values
 from strategies.ties import (
     e4m3_tie_overrides,
@@ -45,6 +48,15 @@ TINY = dict(max_tokens=2, max_heads=2, max_dim=8, max_overrides=0)
 TENSOR_OR_FLOAT = ("float", "tensor0d", "tensor1")
 
 
+def _check_at_ties(data: st.DataObject, case: Case, ks: float, vs: float,
+                  ties: Callable[[int], st.SearchStrategy[tuple[Override, ...]]], impl, device) -> None:
+    """The Case with its scales' values set to ks and vs (their kinds kept) and every element one of
+    the drawn ties (`ties(elements)`), through check_case."""
+    overrides = data.draw(ties(math.prod(case.input_shape)), label="ties")
+    check_case(dataclasses.replace(case, k_scale=Scale(case.k_scale.kind, ks), v_scale=Scale(case.v_scale.kind, vs),
+                                   overrides=overrides), impl, device)
+
+
 @given(data=st.data())
 def test_e4m3_ties(data, impl, device, recipes):
     recipe = data.draw(sampled(recipes), label="recipe")
@@ -52,11 +64,7 @@ def test_e4m3_ties(data, impl, device, recipes):
                      label="base_case")
     ks = data.draw(non_dyadic_scales(), label="k_scale_value")
     vs = data.draw(non_dyadic_scales(), label="v_scale_value")
-    n = case.num_tokens * case.num_heads * case.head_dim
-    ties = data.draw(e4m3_tie_overrides(n, ks, vs, recipe), label="ties")
-    case = dataclasses.replace(case, k_scale=Scale(case.k_scale.kind, ks), v_scale=Scale(case.v_scale.kind, vs),
-                               overrides=ties)
-    check_case(case, impl, device)
+    _check_at_ties(data, case, ks, vs, lambda n: e4m3_tie_overrides(n, ks, vs, recipe), impl, device)
 
 
 @given(data=st.data())
@@ -70,11 +78,7 @@ def test_input_dtype_ties(data, impl, device, recipes):
                      label="base_case")
     ks = data.draw(sampled(tie_scales(recipe, dtype)), label="k_scale_value")
     vs = data.draw(sampled(tie_scales(recipe, dtype)), label="v_scale_value")
-    n = case.num_tokens * case.num_heads * case.head_dim
-    ties = data.draw(input_tie_overrides(n, dtype, ks, vs, recipe), label="ties")
-    case = dataclasses.replace(case, k_scale=Scale(case.k_scale.kind, ks), v_scale=Scale(case.v_scale.kind, vs),
-                               overrides=ties)
-    check_case(case, impl, device)
+    _check_at_ties(data, case, ks, vs, lambda n: input_tie_overrides(n, dtype, ks, vs, recipe), impl, device)
 
 
 @given(data=st.data())
@@ -88,11 +92,7 @@ def test_scale_ties(data, impl, device, recipes):
                      label="base_case")
     ks = data.draw(scale_tie_values(dtype), label="k_scale_value")
     vs = data.draw(scale_tie_values(dtype), label="v_scale_value")
-    n = case.num_tokens * case.num_heads * case.head_dim
-    ties = data.draw(scale_tie_overrides(n, dtype, ks, vs, recipe), label="ties")
-    case = dataclasses.replace(case, k_scale=Scale(case.k_scale.kind, ks), v_scale=Scale(case.v_scale.kind, vs),
-                               overrides=ties)
-    check_case(case, impl, device)
+    _check_at_ties(data, case, ks, vs, lambda n: scale_tie_overrides(n, dtype, ks, vs, recipe), impl, device)
 
 
 @given(data=st.data())

@@ -94,7 +94,7 @@ def tile_for(dim: int, elements: int, warps: int = 4) -> tuple[int, int, int, in
     always spans at least two tokens. BLOCK_H is 1: the rest of the tile is whole tokens.
     Every contiguous layout is folded to one head of H*D elements (`geometry`), so this only
     changes tiles for strided heads, which no measured shape has; and the tile depends on nothing
-    but D's power-of-two factors and the bucket, so the test suite's thousands of odd shapes need a
+    but D's power-of-two factors and the bucket, so the test suite's thousands of odd shapes need
     fewer compiled variants (docs/results/h200-2026-12-03-c.md).
     """
     whole = dim & -dim

@@ -83,10 +83,13 @@ def test_markdown_summary():
                "workers": {"w1" * 8: {"examples": 300, "seconds_in_tests": 90.0, "tests": ["a"]},
                            "w2" * 8: {"examples": 100, "seconds_in_tests": 80.0, "tests": ["a", "b"]}},
                "failures": [{"test": "a", "shrunk": 1, "unshrunk": 2, "found_after_s": 12, "error": "E at f:1",
-                             "example": ""}]}
+                             "example": ""}],
+               "skipped": [{"test": "c", "error": "Skipped: CUDA only"}], "extra_args": ["--impl", "x.py:f"]}
     text = fuzz.markdown(summary)
     assert "| all (2 at a time) | 400 | 2.00 a process | 2 |" in text, text
     assert "`a` (1 shrunk, 2 unshrunk; first reported 12 s in): E at f:1" in text, text
+    assert "Skipped, not failures (HypoFuzz stores a skip like a failing example): `c`" in text, text
+    assert "python -m pytest -p no:cacheprovider TEST --impl x.py:f`" in text, text
 
 
 def test_a_stored_skip_is_not_a_failure():

@@ -291,12 +291,12 @@ def markdown(summary: dict[str, Any]) -> str:
         when = f"; first reported {f['found_after_s']} s in" if f["found_after_s"] is not None else ""
         lines.append(f"- `{f['test']}` ({f['shrunk']} shrunk, {f['unshrunk']} unshrunk{when}): "
                      f"{f['error'] or 'saved by a pytest run'}")
-    if summary.get("skipped"):
+    if summary["skipped"]:
         lines += ["", "Skipped, not failures (HypoFuzz stores a skip like a failing example): "
                   + ", ".join(f"`{f['test']}`" for f in summary["skipped"])]
     if summary["failures"]:
         lines += ["", "Replay one (Hypothesis replays the database's example first, shrinks it and writes "
-                      f"the failure file): `{replay_command('TEST', summary.get('extra_args', []))}`"]
+                      f"the failure file): `{replay_command('TEST', summary['extra_args'])}`"]
     return "\n".join(lines) + "\n"
 
 
