@@ -59,3 +59,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # One xdist worker per core already fills the machine: torch's own intra-op threads on top of
     # that oversubscribe it and spin (measured: 16x the CPU time for the reference on 2 cores).
     torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    # xdist hands out tests in collection order: a test of tens of seconds collected last would run
+    # alone at the end (the H200 timeline of docs/bench.md). Run those first; the order is otherwise kept.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -79,11 +79,11 @@ def cuda_context_lost(device: torch.device) -> bool:
         return True
 
 
-def _abandon(case: Case, impl: Implementation, error: str) -> None:
-    """The implementation crashed the CUDA context: save the Case, then end this process's run
-    (under pytest; a tool reports the error itself)."""
+def _abandon(case: Case | None, impl: Implementation, error: str) -> None:
+    """The implementation crashed the CUDA context: save the Case (when the call was one), then end this
+    process's run (under pytest; a tool reports the error itself)."""
     from conformance.artifacts import save_failure
-    saved = save_failure(case, impl, error, final=True)
+    saved = save_failure(case, impl, error, final=True) if case is not None else ""
     message = f"{impl.name} crashed the CUDA context; no later test can run in this process.\n{error}\n{saved}"
     print(message, file=sys.stderr, flush=True)
     if RUNNER == "xdist-worker":
@@ -91,6 +91,14 @@ def _abandon(case: Case, impl: Implementation, error: str) -> None:
     if RUNNER == "pytest":
         pytest.exit(message, returncode=1)
     # Outside pytest (tools.repro): the caller reports the error, and its process ends anyway.
+
+
+def abandon_if_context_lost(impl: Implementation, device: torch.device, during: str) -> None:
+    """After calls that need not have waited for the device (an invalid call, say): when one lost the CUDA
+    context, end this process's run now, so that the crash is the implementation's and not a later
+    test's (or Hypothesis's, whose next draw would fail on the dead context)."""
+    if cuda_context_lost(device):
+        _abandon(None, impl, f"{impl.name} lost the CUDA context {during} (an illegal memory access, most likely)")
 
 
 def describe_error(impl: Implementation, exc: BaseException) -> str:

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from conformance.cachemap import CACHES
 from conformance.conventions import POSITIONAL
-from conformance.harness import fail
+from conformance.harness import abandon_if_context_lost, fail
 from conformance.impls import Implementation, Inexpressible
 from kernel import naive_fp8_set_kv_buffer
 from strategies.build import Built, build
@@ -271,6 +271,7 @@ def test_invalid_argument_raises_and_writes_nothing(data, mutation: Mutation, ta
         # Whether the valid call is right is the other properties' business.
         with contextlib.suppress(Exception):
             impl.invoke(built.copy().call())
+        abandon_if_context_lost(impl, device, "on a valid call")
     spelled = [convention.spelling.get(n, n) for n in names]
     try:
         invoke(call)
@@ -279,6 +280,8 @@ def test_invalid_argument_raises_and_writes_nothing(data, mutation: Mutation, ta
     else:
         fail(who, f"does not validate {'/'.join(spelled)}: an invalid call ({mutation.name}) did not raise "
                   f"{mutation.error.__name__}", f"{_summary(call, names)}")
+    finally:  # a lost CUDA context outranks any other outcome of the call
+        abandon_if_context_lost(who, device, f"on an invalid call ({mutation.name})")
     if target == "reference" or impl.is_ours:  # this project's exact error types and messages
         if not isinstance(error, mutation.error) or not re.search(mutation.match, str(error)):
             fail(who, f"{mutation.name}: expected {mutation.error.__name__} matching {mutation.match!r}",

@@ -2,7 +2,9 @@
 
 With $KVFP8_TIMELINE set to a file, the controller and each xdist worker append lines
 `<unix time> <process> <event> [<node id>]` to it (events: import, configure, collected, start,
-finish, sessionfinish); unset, the plugin does nothing. `python -m tools.timeline FILE` sums it up:
+cpu, finish, sessionfinish; `cpu` carries the CPU seconds the test took, its subprocesses such as
+ptxas included, so a test that waits, on the GPU or on a lock, shows a wall far above its CPU time);
+unset, the plugin does nothing. `python -m tools.timeline FILE` sums it up:
 the time to the first test, how busy each worker was, and how long the tail ran.
 Registered as a pytest plugin from conftest.py.
 """
@@ -17,6 +19,7 @@ import pytest
 
 TIMELINE_ENV = "KVFP8_TIMELINE"
 _out: IO[str] | None = None
+_cpu_at_start = 0.0
 
 
 def _write(event: str, what: str = "") -> None:
@@ -27,6 +30,11 @@ def _write(event: str, what: str = "") -> None:
     if _out is None:  # appends of one short line each, from several processes: line-buffered
         _out = open(path, "a", buffering=1)  # noqa: SIM115 (kept open for the whole session)
     _out.write(f"{time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} {event} {what}".rstrip() + "\n")
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 _write("import")
@@ -41,10 +49,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    global _cpu_at_start
+    _cpu_at_start = _cpu_seconds()
     _write("start", nodeid)
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    _write("cpu", f"{_cpu_seconds() - _cpu_at_start:.3f}")
     _write("finish", nodeid)
 
 

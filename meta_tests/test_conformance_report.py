@@ -1,6 +1,11 @@
 """tools.conformance end to end on a small planted-defect implementation (meta_tests/planted_impl.py), on
 the CPU: its exact defect list, the capability rows that show them, the replay of a defect's case, and
 conformance-diff's verdict. Kept small (the probes, bit-exact and isolation with few examples, no xdist).
+
+The run is the CPU's on a CUDA machine too (CUDA hidden from it): the defect list is the CPU's, and
+on CUDA torch divides a tensor by a Python float as a multiplication by its reciprocal, so there the
+planted implementation computes another recipe (docs/facts.md). It also keeps this test short on a
+GPU runner, where the capability rows would compile and sweep on the device.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import pytest
 from conformance.report import diff
 from tools import conformance_diff
 
+pytestmark = pytest.mark.long  # one make conformance run, shared by the module's tests
+
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = "meta_tests/planted_impl.py:fused_fp8_set_kv_buffer"
 EXPECTED = {"outside:padding": "writes outside", "encoding:nan-sign": "wrong bytes", "scale:ignored": "wrong bytes"}
@@ -25,7 +32,7 @@ ROWS = {"padding": "writes outside", "special-values": "wrong bytes", "v_scale-f
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KVFP8_", "HYPOTHESIS_"))}
-    env.update(OMP_NUM_THREADS="1", KVFP8_HYPOTHESIS_DB=str(tmp_path / "db"))
+    env.update(OMP_NUM_THREADS="1", KVFP8_HYPOTHESIS_DB=str(tmp_path / "db"), CUDA_VISIBLE_DEVICES="")
     return env
 
 

@@ -149,3 +149,36 @@ def test_every_scale_exhaustive_failure_is_classified_by_its_case():
                                 {"dtype": "float16", "recipe": "unfused-nan"}, impl, cpu)
     assert [f.key for f in findings] == ["rounding"], findings
     assert "unfused-tensor0d" in findings[0].facts["recipes"], findings[0].facts
+
+
+def _keeps_nan_sign(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                    use_triton=True, *, recipe="unfused", checked=False):
+    """The reference, except that a negative NaN input writes 0xFF (SGLang's unfused path on CUDA)."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                            recipe=recipe, checked=checked)
+    for x, cache in ((k, k_cache), (v, v_cache)):
+        negative_nan = (x.isnan() & x.float().signbit()).reshape(x.shape[0], -1)
+        rows = cache.view(torch.uint8).reshape(-1, negative_nan.shape[1])[cache_loc.long()]
+        rows[negative_nan] = 0xFF
+        cache.view(torch.uint8).reshape(-1, negative_nan.shape[1])[cache_loc.long()] = rows
+
+
+def test_a_nan_sign_defect_is_not_a_wrong_slot():
+    """Over all bfloat16 patterns, a token whose row is negative overflow and NaN (0xFF kept) equals,
+    byte for byte, the row unfused-nan writes for a token of negative overflow only: still a NaN-sign
+    defect, not a token written to another's slot (the H200 report of examples/sglang_unfused.py)."""
+    from conformance.classify import classify_failure
+    from conformance.harness import ConformanceFailure
+    from conformance.impls import Implementation
+    from conformance.test_exhaustive import check_patterns, pattern_case
+    from strategies.case import Scale
+
+    impl = Implementation("keeps-nan-sign", _keeps_nan_sign, {})
+    cpu = torch.device("cpu")
+    none = Scale("none", 1.0)
+    with pytest.raises(ConformanceFailure) as info:
+        check_patterns(pattern_case("bfloat16", none, none, "unfused-nan"), impl, cpu)
+    findings = classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
+                                {"dtype": "bfloat16", "recipe": "unfused-nan"}, impl, cpu)
+    assert {f.key for f in findings} == {"encoding:nan-sign"}, findings

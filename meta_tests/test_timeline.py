@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_summary_of_a_made_up_timeline(tmp_path: Path):
     lines = ["100.0 main import", "101.0 gw0 configure", "102.0 gw0 collected 2", "102.0 gw1 collected 2",
-             "103.0 gw0 start a", "113.0 gw0 finish a", "103.0 gw1 start b", "105.0 gw1 finish b",
+             "103.0 gw0 start a", "113.0 gw0 cpu 4.500", "113.0 gw0 finish a",
+             "103.0 gw1 start b", "105.0 gw1 finish b",
              "103.0 main start a"]  # the controller's copy of a worker's event is not a worker's test
     path = tmp_path / "tl.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -24,7 +25,8 @@ def test_summary_of_a_made_up_timeline(tmp_path: Path):
     assert busy_by_slice(workers, 3.0, 13.0, 5.0) == [(3.0, 1.4), (8.0, 1.0)]
     text = summary(procs, width=5.0)
     assert text.startswith("first test at 3.0 s; tests ran 10.0 s, to 13.0 s; 2 tests on 2 worker(s), 12 s busy")
-    assert "| gw0 | 1.0 | 2.0 | 3.0 | 13.0 | 1 | 10.0 | 100 |" in text, text
+    assert procs["gw0"].cpu == 4.5
+    assert "| gw0 | 1.0 | 2.0 | 3.0 | 13.0 | 1 | 10.0 | 100 | 4.5 |" in text, text
 
 
 def test_a_pytest_run_writes_its_timeline(tmp_path: Path):
@@ -34,5 +36,5 @@ def test_a_pytest_run_writes_its_timeline(tmp_path: Path):
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "meta_tests/test_tiles.py"],
                    cwd=ROOT, env=env, check=True, capture_output=True)
     procs = read(path)
-    assert {"import", "configure", "collected", "start", "finish", "sessionfinish"} <= set(procs["main"].marks)
+    assert {"import", "configure", "collected", "start", "cpu", "finish", "sessionfinish"} <= set(procs["main"].marks)
     assert len(procs["main"].tests) == 2, procs["main"].tests

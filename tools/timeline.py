@@ -7,7 +7,8 @@ Prints, in markdown: the seconds from the first process's start to its first tes
 process (configured, collected, first test, last test, tests, busy seconds and % of the test phase),
 the average number of busy workers in each `--bin`-second slice of the test phase, and the slowest
 tests. Workers idle while tests remain point at scheduling; busy workers with a long wall point at
-the tests themselves.
+the tests themselves, and a CPU time far below the busy time at tests that wait (on the GPU, on
+another process).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Process:
     name: str
     marks: dict[str, float] = field(default_factory=dict)  # first time of each event
     tests: list[tuple[str, float, float]] = field(default_factory=list)  # (node id, start, finish)
+    cpu: float = 0.0  # CPU seconds of its tests (subprocesses included), where the timeline has them
     _open: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -44,6 +46,8 @@ def read(path: Path) -> dict[str, Process]:
         p.marks.setdefault(event, t - t0)
         if event == "start":
             p._open[what] = t - t0
+        elif event == "cpu":
+            p.cpu += float(what)
         elif event == "finish" and what in p._open:
             p.tests.append((what, p._open.pop(what), t - t0))
     return procs
@@ -71,14 +75,14 @@ def summary(procs: dict[str, Process], width: float = 10.0, slowest: int = 10) -
     lines = [f"first test at {first:.1f} s; tests ran {phase:.1f} s, to {last:.1f} s; "
              f"{len(tests)} tests on {len(workers)} worker(s), {sum(w.busy for w in workers):.0f} s busy in all "
              f"(an average of {sum(w.busy for w in workers) / max(phase, 1e-9):.1f} busy)", "",
-             "| process | configured s | collected s | first test s | last test s | tests | busy s | busy % |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| process | configured s | collected s | first test s | last test s | tests | busy s | busy % | CPU s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
     for w in sorted(workers, key=lambda w: (len(w.name), w.name)):
         ends = [b for _, _, b in w.tests]
         lines.append(f"| {w.name} | {fmt(w.marks.get('configure'))} | {fmt(w.marks.get('collected'))} | "
                      f"{fmt(w.marks.get('start'))} | {fmt(max(ends) if ends else None)} | {len(w.tests)} | "
-                     f"{w.busy:.1f} | {100 * w.busy / max(phase, 1e-9):.0f} |")
+                     f"{w.busy:.1f} | {100 * w.busy / max(phase, 1e-9):.0f} | {w.cpu:.1f} |")
     lines += ["", "busy workers by slice: " + ", ".join(f"{s:.0f} s: {b:.1f}"
                                                        for s, b in busy_by_slice(workers, first, last, width))]
     lines += ["", "| slowest tests | s |", "|---|---|"]
