@@ -69,7 +69,9 @@ def test_fp8_and_uint8_caches_agree(data, impl, device):
 
 @given(data=st.data())
 def test_int32_and_int64_cache_loc_agree(data, impl, device):
-    case = _base(data, impl, loc_dtypes=("int32", "int64"))
+    # Drawn as int32, so every slot (padding as low as -2**31 included) means the same in both dtypes;
+    # an int64 draw could hold -2**63, which int32 wraps to slot 0 (seen on the H200: a FlakyFailure).
+    case = _base(data, impl, loc_dtypes=("int32",))
     _assert_same(case.replace(loc_dtype="int32"), case.replace(loc_dtype="int64"),
                  "cache_loc dtype int32 vs int64", impl, device)
 

@@ -63,7 +63,7 @@ def round_to_input_dtype(y: torch.Tensor, fmt: Format | None) -> torch.Tensor:
     if fmt is None:
         return y
     q = round_to_grid(y, fmt)
-    q = torch.where(q.abs() > fmt.max_finite, torch.copysign(torch.full_like(q, torch.inf), q), q)
+    q = torch.where(q.abs() > fmt.max_finite, q * torch.inf, q)  # q * inf: inf of q's sign
     return q.to(torch.float32)
 
 
@@ -71,23 +71,24 @@ def encode_e4m3(y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """fp32 values -> e4m3fn bytes: RNE onto the e4m3 grid, then the recipe's overflow rule."""
     q = round_to_grid(y, E4M3)
     negative, nan = torch.signbit(q), torch.isnan(q)
-    overflow = q.abs() > E4M3.max_finite  # includes ±inf
+    mag = q.abs()
+    overflow = mag > E4M3.max_finite  # includes ±inf
     # Saturate (cvt.rn.satfinite, torch >= 2.12's cast): past ±448 is ±448. The "nan" rule
     # replaces these bytes below; NaN gets a placeholder magnitude so that frexp stays defined.
-    mag = torch.where(overflow, E4M3.max_finite, torch.where(nan, 0.0, q.abs()))
+    mag = mag.clamp(max=E4M3.max_finite).masked_fill(nan, 0.0)
 
     # Exact value -> fields. Normal: 2**(E-7) * (1 + M/8). Subnormal: M * 2**-9.
     _, e = torch.frexp(mag)
     normal = mag >= 2.0**E4M3.min_normal_exp
-    exp_field = torch.where(normal, e + 6, 0).to(torch.int64)  # floor(log2 mag) + bias 7
-    man_unit = torch.where(normal, _pow2(e - 1 - E4M3.mantissa_bits), 2.0**-9)
-    man_field = (mag / man_unit).to(torch.int64) - torch.where(normal, 8, 0)
+    exp_field = torch.where(normal, e + 6, 0)  # floor(log2 mag) + bias 7
+    man_unit = torch.where(normal, _pow2(e - (1 + E4M3.mantissa_bits)), 2.0**-9)
+    man_field = (mag / man_unit).to(torch.int64) & 7  # mag / unit is 8 + M for a normal: drop its 1
     byte = (exp_field << 3) | man_field
 
     if recipe.overflow == "nan":  # c10's fp8e4m3fn_from_fp32_value: past the range is NaN, signed
-        byte = torch.where(overflow, NAN_BYTE, byte)
-    byte = byte | (negative.to(torch.int64) << 7)
-    byte = torch.where(nan, NAN_BYTE, byte)  # every recipe drops a NaN's sign
+        byte = byte.masked_fill(overflow, NAN_BYTE)
+    byte = byte | negative * 0x80  # the sign bit
+    byte = byte.masked_fill(nan, NAN_BYTE)  # every recipe drops a NaN's sign
     return byte.to(torch.uint8)
 
 
@@ -95,7 +96,9 @@ def scale_to_fp32(scale: ScaleArg, device: torch.device) -> torch.Tensor:
     """The scale as a 0-d fp32 tensor: a float was rounded to fp32 in make_plan; tensors are fp32."""
     if scale.tensor is not None:
         return scale.tensor.reshape(())
-    return torch.tensor(scale.value, dtype=torch.float32, device=device)
+    # A float64 fill then a cast (RNE, and inf past fp32's range, as torch.tensor(value, float32) does):
+    # no host-to-device copy, and no error where a fill in fp32 would raise on overflow (1/s of a tiny s).
+    return torch.full((), scale.value, dtype=torch.float64, device=device).to(torch.float32)
 
 
 def scaled(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe) -> torch.Tensor:
@@ -132,14 +135,13 @@ def write_slots(plan: Plan) -> None:
     loc = plan.cache_loc.to(torch.int64)
     tokens = ((loc >= 0) & (loc < plan.num_slots)).nonzero().flatten()
     slots = loc[tokens]
+    index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
     scales = torch.stack([scale_to_fp32(s, plan.k.device) for s in (plan.k_scale, plan.v_scale)])
-    data = quantize(torch.stack((plan.k[tokens], plan.v[tokens])), scales.reshape(2, 1, 1, 1), plan.recipe)
+    data = quantize(torch.stack((plan.k, plan.v))[:, tokens], scales.reshape(2, 1, 1, 1), plan.recipe)
     for cache, bytes_ in ((plan.k_cache, data[0]), (plan.v_cache, data[1])):
-        cache_bytes = cache.view(torch.uint8)  # a view: writes land in the caller's storage
-        if cache.dim() == 3:
-            cache_bytes[slots] = bytes_
-        else:
-            cache_bytes[slots // plan.page_size, slots % plan.page_size] = bytes_
+        # A view (none needed for uint8): writes land in the caller's storage.
+        cache_bytes = cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
+        cache_bytes[index] = bytes_
 
 
 def naive_fp8_set_kv_buffer(

@@ -11,6 +11,7 @@ GPU runner, where the capability rows would compile and sweep on the device.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conformance.report import diff
-from tools import conformance_diff
+from tools import conformance_diff, repro
 
 pytestmark = pytest.mark.long  # one make conformance run, shared by the module's tests
 
@@ -76,10 +77,12 @@ def test_each_defect_replays(run):
     for d in report["defects"]:
         assert d["case"] and d["replay"] == f"python -m tools.repro {d['case']}", d
         record = json.loads(Path(d["case"]).read_text())
-        done = subprocess.run([sys.executable, "-m", "tools.repro", d["case"], "--device", "cpu"], cwd=ROOT,
-                              env=_env(Path(d["case"]).parent), capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done.stdout + done.stderr
-        assert record["report"] in done.stdout and "the same as the recorded one" in done.stdout, done.stdout
+        # In this process (tools.repro's own CLI is tested in conformance/test_repro.py): a subprocess
+        # each would start torch again, 10 s or more a replay on a loaded GPU runner.
+        args = repro._parser().parse_args([d["case"], "--device", "cpu", "--impl", f"{ROOT}/{PLANTED}"])
+        out = io.StringIO()
+        assert repro.replay(d["case"], args, out) == 1, out.getvalue()
+        assert record["report"] in out.getvalue() and "the same as the recorded one" in out.getvalue(), out.getvalue()
 
 
 def test_diff_names_a_new_defect_and_a_worse_cell(run, tmp_path, capsys):

@@ -182,3 +182,15 @@ def test_a_nan_sign_defect_is_not_a_wrong_slot():
     findings = classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
                                 {"dtype": "bfloat16", "recipe": "unfused-nan"}, impl, cpu)
     assert {f.key for f in findings} == {"encoding:nan-sign"}, findings
+
+
+@pytest.mark.parametrize("value", [0.3, 1e-45, 3.4028235677973366e38, 1e39, -1e300, 2.0**-149 * 1.5])
+def test_a_float_scale_is_its_fp32_rounding(value: float):
+    """The reference's float scale is torch.tensor(value, float32): RNE to fp32, inf past its range (the
+    classifier asks for 1/s of tiny scales), never an error."""
+    from kernel.plan import ScaleArg
+    from kernel.reference import scale_to_fp32
+
+    got = scale_to_fp32(ScaleArg("float", value, None), torch.device("cpu"))
+    assert got.dtype == torch.float32 and got.shape == ()
+    assert got.view(torch.int32).item() == torch.tensor(value, dtype=torch.float32).view(torch.int32).item()

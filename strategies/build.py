@@ -60,11 +60,18 @@ class Built:
         """Copies of every buffer, to compare against after a call."""
         return {name: buf.clone() for name, buf in self.buffers.items()}
 
-    def copy(self) -> Built:
-        """The same Case's tensors in fresh buffers: what a second build would give, by device copies."""
-        buffers = self.snapshot()
+    def copy(self, inputs: bool = True) -> Built:
+        """The same Case's tensors in fresh buffers: what a second build would give, by device copies.
+
+        inputs=False copies only the caches and shares the rest (k, v, cache_loc, scale tensors): for
+        a caller whose calls on the two do not write those, it saves their copies.
+        """
+        buffers = {name: buf.clone() if inputs or name in ("k_cache", "v_cache") else buf
+                   for name, buf in self.buffers.items()}
 
         def same_view(t: torch.Tensor, name: str) -> torch.Tensor:
+            if buffers[name] is self.buffers[name]:  # shared: the view itself
+                return t
             buf = buffers[name] if t.dtype == buffers[name].dtype else buffers[name].view(t.dtype)
             return buf.as_strided(t.shape, t.stride(), t.storage_offset())
 
@@ -81,7 +88,7 @@ MASK32 = 0xFFFFFFFF
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
     """(x * c) mod 2**32 for int64 x in [0, 2**32): split so that no int64 product overflows."""
-    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
+    return torch.add(x * (c & 0xFFFF), (x * (c >> 16)) & 0xFFFF, alpha=1 << 16) & MASK32
 
 
 def hash32(x: torch.Tensor) -> torch.Tensor:
@@ -109,38 +116,51 @@ def stream_key(seed: int, stream: str) -> int:
 
 def seeded_bits(seed: int, stream: str, n: int, device: torch.device) -> torch.Tensor:
     """n hashed 32-bit values (int64 tensor) of the (seed, stream) sequence."""
-    index = torch.arange(n, dtype=torch.int64, device=device)
-    return hash32((index + stream_key(seed, stream)) & MASK32)
+    return seeded_streams(seed, ((stream, n),), device)
+
+
+def seeded_streams(seed: int, streams: tuple[tuple[str, int], ...], device: torch.device) -> torch.Tensor:
+    """seeded_bits of each (stream, n), concatenated in order: the hash is elementwise, so one hash
+    of all the streams gives the same values in a fraction of the device ops."""
+    key = [stream_key(seed, stream) for stream, _ in streams]
+    index = [torch.arange(k, k + n, dtype=torch.int64, device=device) for k, (_, n) in zip(key, streams)]
+    return hash32((index[0] if len(index) == 1 else torch.cat(index)) & MASK32)
 
 
 #: (mantissa bits, exponent bias, largest biased exponent of a finite value) per input dtype
 _FIELDS = {"bfloat16": (7, 127, 254), "float16": (10, 15, 30), "float32": (23, 127, 254)}
 
 
-def _logical_values(case: Case, name: str, scale: Scale, device: torch.device) -> torch.Tensor:
-    """Seeded values spread over the whole e4m3 range after scaling, with the overrides applied.
+def _logical_values(case: Case, h: torch.Tensor) -> torch.Tensor:
+    """K's and V's seeded values, [2, T, H, D], spread over the whole e4m3 range after scaling, with the
+    overrides applied. h: [2, T*H*D], the hashed bits of the "k" and "v" streams.
 
     |x| is 2**(E + floor(log2(scale))) * (1 + f), E uniform-ish in [-12, 9] and f the dtype's own
     mantissa bits, so |x| / scale spans e4m3's subnormals through overflow past 448. The value is
     assembled as bits: subnormal where the exponent is below the dtype's range (mantissa shifted
     out, possibly to zero), the largest finite value above it. inf and NaN come only from overrides.
+    K and V are one batch (half the device ops); only the scale's exponent differs by row.
     """
     man_bits, bias, max_biased = _FIELDS[case.input_dtype]
     width = 32 if case.input_dtype == "float32" else 16
-    h = seeded_bits(case.seed, name, math.prod(case.input_shape), device)
     fraction = h & ((1 << man_bits) - 1)
-    biased = ((h >> 24) & 0x7F) % 22 - 12 + (math.frexp(scale.value)[1] - 1) + bias
+    # E = uniform-ish - 12, plus floor(log2(scale)) and the bias: one Python constant per row
+    k_offset, v_offset = (-12 + (math.frexp(s.value)[1] - 1) + bias for s in (case.k_scale, case.v_scale))
+    biased = ((h >> 24) & 0x7F) % 22 + k_offset
+    if v_offset != k_offset:  # V's row, in place: a [2, 1] tensor of offsets would be an upload
+        biased[1] += v_offset - k_offset
     normal = (biased << man_bits) | fraction
     largest = (max_biased << man_bits) | ((1 << man_bits) - 1)
     shift = (1 - biased).clamp(0, man_bits + 1)  # below the normal range: a subnormal, or zero
     subnormal = ((1 << man_bits) | fraction) >> shift
     bits = torch.where(biased > max_biased, largest, torch.where(biased < 1, subnormal, normal))
-    bits = bits | ((h >> 31) << (width - 1))
+    # With the sign bit set, the bits read as a signed `width`-bit integer are magnitude - 2**(width-1).
+    signed = bits - ((h >> 31) << (width - 1))
+    n, flat = h.shape[1], signed.view(-1)
     for o in case.overrides:  # one fill each: an index tensor would cost a host-to-device copy, which waits
-        if o.tensor == name and o.index < bits.numel():
-            bits[o.index] = o.bits
-    signed = torch.where(bits >= 1 << (width - 1), bits - (1 << width), bits)
-    return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(case.input_shape)
+        if o.index < n:
+            flat[o.index + (n if o.tensor == "v" else 0)].fill_(_signed(o.bits, width))  # fill_: no tensor made
+    return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(2, *case.input_shape)
 
 
 def _signed(bits: int, width: int) -> int:
@@ -171,11 +191,10 @@ def _merge(view: torch.Tensor, dim: int, why: str) -> torch.Tensor:
     return view.as_strided(size, stride, view.storage_offset())
 
 
-def _cache_view(case: Case, name: str, layout: Layout,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _cache_view(case: Case, name: str, layout: Layout, pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cache's buffer, filled with `pattern` (its stream's PATTERN_LEN seeded bytes) repeated."""
     shape = case.cache_shape
     n = GUARD_BYTES + layout.span(shape) + GUARD_BYTES
-    pattern = (seeded_bits(case.seed, name, PATTERN_LEN, device) & 0xFF).to(torch.uint8)
     buf = pattern.repeat(n // PATTERN_LEN + 1)[:n].contiguous()
     typed = buf if case.cache_dtype == "uint8" else buf.view(DTYPES[case.cache_dtype])
     view = typed.as_strided(shape, layout.strides(shape), GUARD_BYTES + layout.offset)
@@ -196,16 +215,20 @@ def _scale(scale: Scale, device: torch.device) -> float | torch.Tensor | None:
 def build(case: Case, device: torch.device | str = "cpu") -> Built:
     """Make the Case's tensors on `device`. The same Case always gives the same bytes."""
     device = torch.device(device)
-    k_logical = _logical_values(case, "k", case.k_scale, device)
-    v_logical = _logical_values(case, "v", case.v_scale, device)
+    n = math.prod(case.input_shape)
+    h = seeded_streams(case.seed, (("k", n), ("v", n), ("k_cache", PATTERN_LEN), ("v_cache", PATTERN_LEN)), device)
+    k_logical, v_logical = _logical_values(case, h[:2 * n].view(2, n))
     k, k_buf = _input_view(case, "k", case.k_layout, k_logical, device)
     v, v_buf = _input_view(case, "v", case.v_layout, v_logical, device)
-    k_cache, kc_buf = _cache_view(case, "k_cache", case.k_cache_layout, device)
-    v_cache, vc_buf = _cache_view(case, "v_cache", case.v_cache_layout, device)
-    loc_buf = torch.full((max(1, case.num_tokens * case.loc_step),), -7, dtype=DTYPES[case.loc_dtype])
-    loc_buf[::case.loc_step][:case.num_tokens] = torch.tensor(case.cache_loc, dtype=torch.int64)
-    loc_buf = loc_buf.to(device)
-    cache_loc = loc_buf[::case.loc_step][:case.num_tokens]
+    patterns = (h[2 * n:] & 0xFF).to(torch.uint8)
+    k_cache, kc_buf = _cache_view(case, "k_cache", case.k_cache_layout, patterns[:PATTERN_LEN])
+    v_cache, vc_buf = _cache_view(case, "v_cache", case.v_cache_layout, patterns[PATTERN_LEN:])
+    # Built on the host as one list and sent in one copy; non_blocking: an upload from pageable memory
+    # is staged before the call returns, so the host need not wait for the device's queue.
+    values = [-7] * max(1, case.num_tokens * case.loc_step)  # -7 between strided entries
+    values[:case.num_tokens * case.loc_step:case.loc_step] = case.cache_loc
+    loc_buf = torch.tensor(values, dtype=torch.int64).to(device, DTYPES[case.loc_dtype], non_blocking=True)
+    cache_loc = loc_buf[:case.num_tokens * case.loc_step:case.loc_step]
     k_scale, v_scale = _scale(case.k_scale, device), _scale(case.v_scale, device)
     buffers = {"k": k_buf, "v": v_buf, "k_cache": kc_buf, "v_cache": vc_buf, "cache_loc": loc_buf}
     for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):

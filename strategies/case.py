@@ -105,6 +105,10 @@ class Case:
     def __post_init__(self) -> None:
         if len(self.cache_loc) != self.num_tokens:
             raise ValueError(f"Case.cache_loc has {len(self.cache_loc)} entries for {self.num_tokens} tokens")
+        bits = 32 if self.loc_dtype == "int32" else 64
+        outside = [s for s in self.cache_loc if not -2**(bits - 1) <= s < 2**(bits - 1)]
+        if outside:  # the builder would wrap it to another slot, silently
+            raise ValueError(f"Case.cache_loc holds {outside[0]}, which {self.loc_dtype} cannot hold")
 
     @property
     def num_slots(self) -> int:
