@@ -41,8 +41,8 @@ from kernel import RECIPES
 from kernel.plan import ScaleArg
 from kernel.recipe import get_recipe
 from kernel.reference import quantize
-from strategies.build import Built, build
-from strategies.case import Case, Scale
+from strategies.build import DTYPES, Built, build
+from strategies.case import Case, Override, Scale
 
 #: The capability cell each class shows as.
 CELLS = {
@@ -221,12 +221,11 @@ def _scale_variants(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str
             and bool((rows.q(held, value)[toks] == actual)[mask].all())]
 
 
-def explanation_title(key: str, rows: _Rows) -> str:
+def explanation_title(key: str, which: str, held: str) -> str:
     """The title of a rounding or scale finding, by its explanation key."""
-    which = rows.which
     name = "k_scale" if which == "k_cache" else "v_scale"
     if key.startswith("rounding:"):
-        return f"computes {key.split(':', 1)[1]} where {rows.case.recipe} is asked"
+        return f"computes {key.split(':', 1)[1]} where {held} is asked"
     return {"scale:ignored": f"ignores a scale: writes {which} as if {name} were None",
             "scale:swapped": f"writes {which} with the other cache's scale",
             "scale:inverted": f"multiplies {which} by {name} instead of dividing by it"}[key]
@@ -315,7 +314,8 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
         explanations = [f"rounding:{r}" for r in recipes] + scales
         cls = "rounding" if recipes else "scale"
         other_kind = (case.v_scale if which == "k_cache" else case.k_scale).kind
-        findings.append(Finding(cls, "rounding" if recipes else scales[0], explanation_title(explanations[0], rows),
+        title = explanation_title(explanations[0], which, held)
+        findings.append(Finding(cls, "rounding" if recipes else scales[0], title,
                                 facts={**where, "recipes": recipes, "explanations": explanations,
                                        "other_kind": other_kind}))
         return findings
@@ -391,7 +391,46 @@ def classify_case(case: Case, impl: Implementation, device: torch.device, fill=N
     if impl.convention.why_not(case):
         return []
     expected, actual, error, before, _ = run_case(case, impl, device, fill)
-    return classify_result(case, expected, actual, error, before)
+    findings = classify_result(case, expected, actual, error, before)
+    if fill is None:
+        _narrow(case, impl, device, findings)
+    return findings
+
+
+#: Ordinary values written over a Case's first inputs when its own bytes cannot tell explanations
+#: apart: the builder scales inputs to the scale, so a tiny scale draws only zeros, and zero reads the
+#: same divided by the scale, multiplied by it or left alone.
+PLAIN_VALUES = (1.0, -2.5, 0.375, 96.0, -0.007, 3000.0)
+
+
+def _plain_overrides(case: Case) -> tuple[Override, ...]:
+    dtype, width = DTYPES[case.input_dtype], 32 if case.input_dtype == "float32" else 16
+    bits = torch.tensor(PLAIN_VALUES, dtype=dtype).view(torch.int32 if width == 32 else torch.int16).tolist()
+    n = case.num_tokens * case.num_heads * case.head_dim
+    return tuple(Override(t, i, b & ((1 << width) - 1), "plain") for t in ("k", "v")
+                 for i, b in enumerate(bits) if i < n)
+
+
+def _narrow(case: Case, impl: Implementation, device: torch.device, findings: list[Finding]) -> None:
+    """Keep, of each value finding's explanations (recipes, scale variants), those that also explain a
+    replay of the Case with plain values over its first inputs (PLAIN_VALUES)."""
+    ambiguous = [f for f in findings if len(f.facts.get("explanations", ())) > 1]
+    if not ambiguous or not case.num_tokens:
+        return
+    variant = case.replace(overrides=case.overrides + _plain_overrides(case))
+    try:
+        expected, actual, error, before, _ = run_case(variant, impl, device)
+    except Exception:  # the reference refused the variant: keep what the Case itself says
+        return
+    again = classify_result(variant, expected, actual, error, before)
+    for f in ambiguous:
+        same = [g for g in again if g.facts.get("which") == f.facts.get("which") and g.facts.get("explanations")]
+        kept = [e for e in f.facts["explanations"] if same and e in same[0].facts["explanations"]]
+        if kept and len(kept) < len(f.facts["explanations"]):
+            recipes = [e.split(":", 1)[1] for e in kept if e.startswith("rounding:")]
+            f.facts.update(explanations=kept, recipes=recipes)
+            f.cls, f.key = ("rounding", "rounding") if recipes else ("scale", kept[0])
+            f.title = explanation_title(kept[0], f.facts["which"], case.recipe)
 
 
 # -- failures read from the suite ------------------------------------------------------------------

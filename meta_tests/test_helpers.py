@@ -194,3 +194,31 @@ def test_a_float_scale_is_its_fp32_rounding(value: float):
     got = scale_to_fp32(ScaleArg("float", value, None), torch.device("cpu"))
     assert got.dtype == torch.float32 and got.shape == ()
     assert got.view(torch.int32).item() == torch.tensor(value, dtype=torch.float32).view(torch.int32).item()
+
+
+def _divides_by_tensor1(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """The reference, except that V, whose scale is a 1-element tensor here, is divided by it exactly
+    (`divide`), as torch on CUDA divides by a tensor but multiplies by a float's reciprocal."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache.clone(), cache_loc, k_scale, v_scale, page_size,
+                            recipe=recipe, checked=checked)
+    naive_fp8_set_kv_buffer(k, v, k_cache.clone(), v_cache, cache_loc, k_scale, v_scale, page_size,
+                            recipe="divide", checked=checked)
+
+
+def test_a_tiny_scale_case_is_told_apart_by_plain_values():
+    """Under a scale of 2**-149 every drawn input is zero, which reads the same divided by the scale
+    or with the scale ignored. The classifier replays the Case with plain values over its first
+    inputs: `divide` stays, 'ignores a scale' goes (the H200 report of examples/sglang_unfused.py)."""
+    from conformance.classify import classify_case
+    from conformance.impls import Implementation
+    from strategies.case import Scale
+
+    impl = Implementation("divides-by-tensor1", _divides_by_tensor1, {})
+    case = Case(num_tokens=2, num_heads=1, head_dim=8, page_size=1, num_pages=2, cache_loc=(1, 0),
+                v_scale=Scale("tensor1", 2.0**-149), recipe="unfused-nan")
+    [finding] = classify_case(case, impl, torch.device("cpu"))
+    explanations = finding.facts["explanations"]
+    assert finding.key == "rounding" and "rounding:divide" in explanations, finding
+    assert not any(e.startswith("scale:") for e in explanations), finding
