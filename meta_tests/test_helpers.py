@@ -222,3 +222,20 @@ def test_a_tiny_scale_case_is_told_apart_by_plain_values():
     explanations = finding.facts["explanations"]
     assert finding.key == "rounding" and "rounding:divide" in explanations, finding
     assert not any(e.startswith("scale:") for e in explanations), finding
+
+
+def test_a_lost_context_after_an_invalid_call_is_the_implementation_crash(monkeypatch, capsys, tmp_path):
+    """test_errors' calls do not wait for the device: when one lost the CUDA context, the run ends there,
+    blaming the implementation, with no Case saved (an invalid call is not a Case that replays)."""
+    from conformance import harness
+    from conformance.impls import Implementation
+    from kernel import naive_fp8_set_kv_buffer
+
+    monkeypatch.setattr(harness, "cuda_context_lost", lambda device: True)
+    monkeypatch.setattr(harness, "RUNNER", "")  # as in a tool: report and return, not exit
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = Implementation("oob-writer", naive_fp8_set_kv_buffer, {})
+    harness.abandon_if_context_lost(impl, torch.device("cpu"), "on an invalid call (page-size-mismatch)")
+    err = capsys.readouterr().err
+    assert "oob-writer crashed the CUDA context" in err and "page-size-mismatch" in err, err
+    assert not list(tmp_path.iterdir())
