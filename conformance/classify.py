@@ -41,8 +41,9 @@ from kernel import RECIPES
 from kernel.plan import ScaleArg
 from kernel.recipe import get_recipe
 from kernel.reference import quantize
-from strategies.build import DTYPES, Built, build
+from strategies.build import Built, build
 from strategies.case import Case, Override, Scale
+from strategies.fp import FORMATS, round_to, to_bits
 
 #: The capability cell each class shows as.
 CELLS = {
@@ -248,12 +249,15 @@ def _encoding(e: torch.Tensor, a: torch.Tensor) -> list[Finding]:
     return findings
 
 
+def _sign_pairs(e: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where the bytes e and a are both NaN, and where both are zero: they can differ only in sign."""
+    return ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F), ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
+
+
 def _signs_only(e: torch.Tensor, a: torch.Tensor) -> bool:
     """Whether the bytes e and a differ only where both are NaN, or both are zero."""
-    differ = e != a
-    nan = ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F)
-    zero = ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
-    return bool((differ & ~nan & ~zero).sum() == 0)
+    nan, zero = _sign_pairs(e, a)
+    return not bool(((e != a) & ~nan & ~zero).any())
 
 
 def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
@@ -291,8 +295,8 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
     e = torch.stack([rows.row(rows.exp, s) for s in value_slots])
     a = torch.stack([rows.row(rows.act, s) for s in value_slots])
     differ = e != a
-    nan_sign = differ & ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F)
-    zero = differ & ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
+    both_nan, both_zero = _sign_pairs(e, a)
+    nan_sign, zero = differ & both_nan, differ & both_zero
     rest = differ & ~nan_sign & ~zero
     kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
     where = {"which": which, "scale_kind": kind, "held": held}
@@ -404,11 +408,10 @@ PLAIN_VALUES = (1.0, -2.5, 0.375, 96.0, -0.007, 3000.0)
 
 
 def _plain_overrides(case: Case) -> tuple[Override, ...]:
-    dtype, width = DTYPES[case.input_dtype], 32 if case.input_dtype == "float32" else 16
-    bits = torch.tensor(PLAIN_VALUES, dtype=dtype).view(torch.int32 if width == 32 else torch.int16).tolist()
+    dtype = case.input_dtype
+    bits = [to_bits(round_to(x, FORMATS[dtype]), dtype) for x in PLAIN_VALUES]
     n = case.num_tokens * case.num_heads * case.head_dim
-    return tuple(Override(t, i, b & ((1 << width) - 1), "plain") for t in ("k", "v")
-                 for i, b in enumerate(bits) if i < n)
+    return tuple(Override(t, i, b, "plain") for t in ("k", "v") for i, b in enumerate(bits) if i < n)
 
 
 def _narrow(case: Case, impl: Implementation, device: torch.device, findings: list[Finding]) -> None:
@@ -450,8 +453,7 @@ def _lines_fallback(text: str) -> list[Finding]:
     if inside:
         e = torch.tensor([p[0] for p in inside], dtype=torch.uint8)
         a = torch.tensor([p[1] for p in inside], dtype=torch.uint8)
-        nan_sign = ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F)
-        zero = ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
+        nan_sign, zero = _sign_pairs(e, a)  # the pairs differ already
         if nan_sign.any():
             findings.append(Finding("encoding", "encoding:nan-sign",
                                     "keeps the sign of a negative NaN (0xFF where every recipe writes 0x7F)"))

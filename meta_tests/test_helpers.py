@@ -131,22 +131,29 @@ def _always_tensor0d(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=No
                             recipe="unfused-tensor0d", checked=checked)
 
 
-def test_every_scale_exhaustive_failure_is_classified_by_its_case():
-    """test_all_patterns_every_scale loops over scales (no scale parameter): the classifier replays the
-    Case its report names, so the defect gets its recipe, not a bare "writes wrong bytes"."""
+def _every_scale_findings(fn, dtype: str, scale) -> list:
+    """What the classifier makes of fn's failure over all `dtype` patterns (both scales `scale`,
+    recipe unfused-nan), read as test_all_patterns_every_scale's, on the CPU."""
     from conformance.classify import classify_failure
     from conformance.harness import ConformanceFailure
     from conformance.impls import Implementation
     from conformance.test_exhaustive import check_patterns, pattern_case
+
+    impl = Implementation(fn.__name__.strip("_"), fn, {})
+    cpu = torch.device("cpu")
+    with pytest.raises(ConformanceFailure) as info:
+        check_patterns(pattern_case(dtype, scale, scale, "unfused-nan"), impl, cpu)
+    return classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
+                            {"dtype": dtype, "recipe": "unfused-nan"}, impl, cpu)
+
+
+def test_every_scale_exhaustive_failure_is_classified_by_its_case():
+    """test_all_patterns_every_scale loops over scales (no scale parameter): the classifier replays the
+    Case its report names, so the defect gets its recipe, not a bare "writes wrong bytes"."""
     from strategies.case import Scale
 
-    impl = Implementation("always-tensor0d", _always_tensor0d, {})
-    cpu = torch.device("cpu")
     scale = Scale("tensor0d", 0.30000001192092896)
-    with pytest.raises(ConformanceFailure) as info:
-        check_patterns(pattern_case("float16", scale, scale, "unfused-nan"), impl, cpu)
-    findings = classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
-                                {"dtype": "float16", "recipe": "unfused-nan"}, impl, cpu)
+    findings = _every_scale_findings(_always_tensor0d, "float16", scale)
     assert [f.key for f in findings] == ["rounding"], findings
     assert "unfused-tensor0d" in findings[0].facts["recipes"], findings[0].facts
 
@@ -159,28 +166,19 @@ def _keeps_nan_sign(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=Non
                             recipe=recipe, checked=checked)
     for x, cache in ((k, k_cache), (v, v_cache)):
         negative_nan = (x.isnan() & x.float().signbit()).reshape(x.shape[0], -1)
-        rows = cache.view(torch.uint8).reshape(-1, negative_nan.shape[1])[cache_loc.long()]
+        slots = cache.view(torch.uint8).reshape(-1, negative_nan.shape[1])  # a view: contiguous caches
+        rows = slots[cache_loc.long()]
         rows[negative_nan] = 0xFF
-        cache.view(torch.uint8).reshape(-1, negative_nan.shape[1])[cache_loc.long()] = rows
+        slots[cache_loc.long()] = rows
 
 
 def test_a_nan_sign_defect_is_not_a_wrong_slot():
     """Over all bfloat16 patterns, a token whose row is negative overflow and NaN (0xFF kept) equals,
     byte for byte, the row unfused-nan writes for a token of negative overflow only: still a NaN-sign
     defect, not a token written to another's slot (the H200 report of examples/sglang_unfused.py)."""
-    from conformance.classify import classify_failure
-    from conformance.harness import ConformanceFailure
-    from conformance.impls import Implementation
-    from conformance.test_exhaustive import check_patterns, pattern_case
     from strategies.case import Scale
 
-    impl = Implementation("keeps-nan-sign", _keeps_nan_sign, {})
-    cpu = torch.device("cpu")
-    none = Scale("none", 1.0)
-    with pytest.raises(ConformanceFailure) as info:
-        check_patterns(pattern_case("bfloat16", none, none, "unfused-nan"), impl, cpu)
-    findings = classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
-                                {"dtype": "bfloat16", "recipe": "unfused-nan"}, impl, cpu)
+    findings = _every_scale_findings(_keeps_nan_sign, "bfloat16", Scale("none", 1.0))
     assert {f.key for f in findings} == {"encoding:nan-sign"}, findings
 
 
