@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance.classify import SAVED, Finding, case_size, classify_result, excerpt_of, run_case
+from conformance.classify import SAVED, Finding, case_size, classify_result, excerpt_of, narrow, run_case
 from conformance.impls import Implementation, Inexpressible
 from strategies._cache import sampled
 from strategies.case import SCALE_KINDS, Case, Override, Scale
@@ -250,12 +250,20 @@ def probe(row: InputClass, impl: Implementation, device: torch.device, examples:
         reason = impl.convention.why_not(case)
         if reason:
             raise Inexpressible(reason)
-        expected, actual, error, before, report = run_case(case, impl, device)
-        findings = classify_result(case, expected, actual, error, before)
+        findings, report = probe_findings(case, impl, device)
         if findings:
             _fail(impl, row, case, findings, report)
 
     run()
+
+
+def probe_findings(case: Case, impl: Implementation, device: torch.device) -> tuple[list[Finding], str | None]:
+    """One Case of a probe: its findings, narrowed as a failing property's are (a tiny scale's zeros
+    read alike under several explanations), and the byte-diff report."""
+    expected, actual, error, before, report = run_case(case, impl, device)
+    findings = classify_result(case, expected, actual, error, before)
+    narrow(case, impl, device, findings)
+    return findings, report
 
 
 def default_examples(device: torch.device) -> int:

@@ -265,7 +265,8 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
     case, which = rows.case, rows.which
     bad = [s for s in sorted(rows.writers) if diff[rows.index[s]].any()]
     findings: list[Finding] = []
-    value_slots = []
+    value_slots: list[int] = []
+    elsewhere: list[tuple[int, Finding]] = []  # rows that equal another token's (or a pad's) row
     for s in bad:
         toks = rows.writers[s]
         act, exp, old = rows.row(rows.act, s), rows.row(rows.exp, s), rows.row(rows.before, s)
@@ -282,14 +283,24 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
             if t is not None:
                 kind = rows.token_kind(t)
                 if kind == "token":
-                    findings.append(Finding("wrong-slot", "wrong-slot:other-token",
-                                            "writes a token's bytes to another token's slot",
-                                            facts={"which": which, "slots": [s]}))
+                    elsewhere.append((s, Finding("wrong-slot", "wrong-slot:other-token",
+                                                 "writes a token's bytes to another token's slot",
+                                                 facts={"which": which, "slots": [s]})))
                 else:
                     key, title = OUTSIDE_TOKENS[kind]
-                    findings.append(Finding("outside", key, title, facts={"which": which, "slots": [s]}))
+                    elsewhere.append((s, Finding("outside", key, title, facts={"which": which, "slots": [s]})))
                 continue
         value_slots.append(s)
+    if elsewhere:
+        # A short row can equal another token's by chance. When one recipe or scale variant explains
+        # these rows from their own tokens together with the other wrong rows, they are that value defect.
+        together = value_slots + [s for s, _ in elsewhere]
+        e = torch.stack([rows.row(rows.exp, s) for s in together])
+        a = torch.stack([rows.row(rows.act, s) for s in together])
+        if _recipes_matching(rows, together, e != a, held) or _scale_variants(rows, together, e != a, held):
+            value_slots = together
+        else:
+            findings += [f for _, f in elsewhere]
     if not value_slots:
         return findings
     e = torch.stack([rows.row(rows.exp, s) for s in value_slots])
@@ -397,7 +408,7 @@ def classify_case(case: Case, impl: Implementation, device: torch.device, fill=N
     expected, actual, error, before, _ = run_case(case, impl, device, fill)
     findings = classify_result(case, expected, actual, error, before)
     if fill is None:
-        _narrow(case, impl, device, findings)
+        narrow(case, impl, device, findings)
     return findings
 
 
@@ -414,7 +425,7 @@ def _plain_overrides(case: Case) -> tuple[Override, ...]:
     return tuple(Override(t, i, b, "plain") for t in ("k", "v") for i, b in enumerate(bits) if i < n)
 
 
-def _narrow(case: Case, impl: Implementation, device: torch.device, findings: list[Finding]) -> None:
+def narrow(case: Case, impl: Implementation, device: torch.device, findings: list[Finding]) -> None:
     """Keep, of each value finding's explanations (recipes, scale variants), those that also explain a
     replay of the Case with plain values over its first inputs (PLAIN_VALUES)."""
     ambiguous = [f for f in findings if len(f.facts.get("explanations", ())) > 1]

@@ -6,6 +6,8 @@ distinct bug Hypothesis reports) and each leaf is classified there (conformance.
 its Case with the test's own implementation and device), so that a crash while replaying takes
 down one worker, not the run. The result travels in the report's user_properties; the controller
 appends one JSON line per test phase to FILE as it arrives, so a run cut short keeps what finished.
+A crashed worker's report reaches the controller without the test's parameters, so the first worker
+also writes every collected test's parameters to FILE.params (`params_file`).
 
 It also makes sure Hypothesis's `report_multiple_bugs` is on, and with `--kvfp8-examples N` caps
 the examples a property at N.
@@ -108,6 +110,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             found.append({"type": type(exc).__name__, "message": str(exc)[:4000],
                           "findings": _classified(item, exc)})
         report.user_properties.append(("kvfp8_leaves", json.dumps(found)))
+
+
+def params_file(record: str | Path) -> Path:
+    """Where every collected test's parameters go, beside the record file."""
+    return Path(f"{record}.params")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _CONFIG is None or not _CONFIG.getoption("kvfp8_record"):
+        return
+    if getattr(_CONFIG, "workerinput", {}).get("workerid", "gw0") != "gw0":  # every worker collects the same
+        return
+    target = params_file(_CONFIG.getoption("kvfp8_record"))
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(json.dumps({item.nodeid: params_of(item) for item in session.items}))
+    partial.replace(target)  # whole or absent: the controller may read it while a worker is replaced
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

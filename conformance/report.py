@@ -60,6 +60,9 @@ class Node:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
+    """The record file's lines; a test reported without parameters (its worker crashed) gets them
+    from the collected tests' parameters (recorder.params_file), so its capability row shows the crash."""
+    from conformance.recorder import params_file
     if not path.exists():
         return []
     records = []
@@ -68,6 +71,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             records.append(json.loads(line))
         except json.JSONDecodeError:  # a line cut off when the run was stopped
             continue
+    collected = params_file(path)
+    params = json.loads(collected.read_text()) if collected.exists() else {}
+    for r in records:
+        if not r.get("params"):
+            r["params"] = params.get(r["nodeid"], {})
     return records
 
 
@@ -306,17 +314,21 @@ def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputC
                                                      ("passed", "failed", "skipped", "crashed")}}
     report["capabilities"] = capabilities
     report["defects"] = [d.to_dict() for d in defects]
+    report["verdict"] = verdict(capabilities, len(defects), outcomes.get("passed", 0))
+    return report
+
+
+def verdict(capabilities: list[dict[str, Any]], defects: int, passed: int) -> str:
+    """The report's one-line verdict: its defects, and whether every row ran."""
     unrun = sum(c.get("status") == "not run" for c in capabilities)
     if defects:
-        report["verdict"] = f"{len(defects)} defect{'s' * (len(defects) != 1)}" + (
+        return f"{defects} defect{'s' * (defects != 1)}" + (
             f" in what ran; incomplete: {unrun} of {len(capabilities)} rows did not run (raise --budget)"
             if unrun else "")
-    elif unrun or not outcomes.get("passed"):  # "conforms" only for what was actually run, all of it
-        report["verdict"] = (f"incomplete: no defect in what ran, but {unrun} of {len(capabilities)} rows did "
-                             "not run (raise --budget)")
-    else:
-        report["verdict"] = "conforms"
-    return report
+    if unrun or not passed:  # "conforms" only for what was actually run, all of it
+        return (f"incomplete: no defect in what ran, but {unrun} of {len(capabilities)} rows did "
+                "not run (raise --budget)")
+    return "conforms"
 
 
 # -- markdown ---------------------------------------------------------------------------------------

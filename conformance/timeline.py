@@ -3,9 +3,11 @@
 With $KVFP8_TIMELINE set to a file, the controller and each xdist worker append lines
 `<unix time> <process> <event> [<node id>]` to it (events: import, configure, collected, start,
 cpu, finish, sessionfinish; `cpu` carries the CPU seconds the test took, its subprocesses such as
-ptxas included, so a test that waits, on the GPU or on a lock, shows a wall far above its CPU time);
-unset, the plugin does nothing. `python -m tools.timeline FILE` sums it up:
-the time to the first test, how busy each worker was, and how long the tail ran.
+ptxas included, so a test that waits, on the GPU or on a lock, shows a wall far above its CPU time;
+`compile` carries the seconds one Triton compilation took, from Triton's compilation listener where
+the installed Triton has one, `hit` or `miss` for its on-disk cache, and the variant's cache key);
+unset, the plugin does nothing. `python -m tools.timeline FILE` sums it up: the time to the first
+test, how busy each worker was, how long the tail ran, and the Triton compilations.
 Registered as a pytest plugin from conftest.py.
 """
 
@@ -40,8 +42,25 @@ def _cpu_seconds() -> float:
 _write("import")
 
 
+def _on_compile(*, times, cache_hit: bool, metadata: dict | None = None, **_) -> None:
+    variant = str((metadata or {}).get("hash", "?"))[:16]  # the on-disk cache key: one per compiled variant
+    _write("compile", f"{times.total / 1e6:.3f} {'hit' if cache_hit else 'miss'} {variant}")
+
+
+def _listen_to_compiles() -> None:
+    # Compiles from a cold cache are a suspect for the suite's CPU time; Triton (3.4+) reports each one.
+    try:
+        from triton import knobs
+    except ImportError:
+        return
+    if hasattr(getattr(knobs, "compilation", None), "listener") and knobs.compilation.listener is None:
+        knobs.compilation.listener = _on_compile
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _write("configure")
+    if os.environ.get(TIMELINE_ENV):
+        _listen_to_compiles()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

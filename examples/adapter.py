@@ -24,7 +24,10 @@ def store_kv_fp8(slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     slots = slots.long()
     valid = (slots >= 0) & (slots < caches[0].shape[0] * block_size)
     for x, cache, scale in ((keys, caches[0], scales[0]), (values, caches[1], scales[1])):
-        y = x.reshape(x.shape[0], heads, dim).float() / (scale.reshape(()) if torch.is_tensor(scale) else scale)
+        # A float becomes an fp32 tensor first: on CUDA, torch divides by a Python float as a
+        # multiplication by its reciprocal (recipe `single`), and this kernel divides.
+        s = scale.reshape(()) if torch.is_tensor(scale) else torch.tensor(scale, dtype=torch.float32, device=x.device)
+        y = x.reshape(x.shape[0], heads, dim).float() / s
         q = torch.where(y.isnan(), 0x7F, y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8))
         kept = slots[valid]  # boolean indexing syncs: this kernel is not graph-capturable, and the suite says so
         cache.view(torch.uint8)[kept // block_size, kept % block_size] = q[valid]

@@ -8,10 +8,13 @@ written. Validation never uses `assert` (it must survive `python -O`).
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 
@@ -23,6 +26,26 @@ CACHE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
 LOC_DTYPES = (torch.int32, torch.int64)
 
 ScaleKind = Literal["none", "float", "tensor"]
+_F = TypeVar("_F", bound=Callable)
+
+
+def not_traced(fn: _F) -> _F:
+    """`torch.compiler.disable(fn)`, without importing torch._dynamo until something has.
+
+    Importing dynamo takes seconds (3.4 s on the H200, most of importing this package), and a process
+    that has not imported it is not compiling anything, so until then `fn` is called as it is."""
+    disabled: Callable | None = None
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal disabled
+        if "torch._dynamo" not in sys.modules:
+            return fn(*args, **kwargs)
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -173,7 +196,7 @@ def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg
     return ScaleArg("float", fp32, None)
 
 
-@torch.compiler.disable  # plain Python validation: nothing for a compiler to trace (and dynamo recurses on it)
+@not_traced  # plain Python validation: nothing for a compiler to trace (and dynamo recurses on it)
 def make_plan(
     k: object,
     v: object,

@@ -61,3 +61,20 @@ def test_tile_sweep_parses_tiles_and_exits_cleanly_without_cuda(monkeypatch, cap
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert tile_sweep.main([]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_compare_puts_another_runs_times_beside_each_row(tmp_path):
+    old = bench.Row("unfused", "hardware", 16384, 8, 128, bench.bytes_moved(16384, 8, 128),
+                    fused_graph_us=31.0, fused_eager_us=45.0, copy_us=28.0)
+    path = tmp_path / "old.csv"
+    bench.write_csv([old], path)
+    baseline = bench.load_baseline(path)
+    assert baseline == {("unfused", "hardware", 16384, 8, 128): (31.0, 45.0)}, baseline
+    new = bench.Row("unfused", "hardware", 16384, 8, 128, old.bytes, fused_graph_us=29.0, copy_us=29.45)
+    bench.attach_baseline(new, baseline, "unfused")
+    # The old time is scored against this run's copy: 29.45 / 31.0 = 95.0% of the roofline.
+    assert (new.prev_graph_us, new.prev_eager_us) == (31.0, 45.0)
+    assert new.prev_targets == "graph>=95%roof:PASS", new.prev_targets
+    unseen = bench.Row("single", "software", 1, 8, 128, bench.bytes_moved(1, 8, 128), copy_us=2.0)
+    bench.attach_baseline(unseen, baseline, "unfused")
+    assert unseen.prev_targets == "" and unseen.prev_graph_us != unseen.prev_graph_us  # nan: not in the old run

@@ -100,3 +100,27 @@ def test_diff_names_a_new_defect_and_a_worse_cell(run, tmp_path, capsys):
     assert conformance_diff.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 1
     assert conformance_diff.main([str(tmp_path / "new.json"), str(tmp_path / "old.json")]) == 0
     assert "REGRESSION" in capsys.readouterr().out
+
+
+def test_a_crashed_tests_row_shows_the_crash(tmp_path):
+    """A crashed worker's report reaches the controller without the test's parameters. The first
+    worker's list of every collected test's parameters puts the crash in the test's row, where it
+    would otherwise read "not run"."""
+    from conformance import report
+    from conformance.capabilities import argument_rows
+    from conformance.recorder import params_file
+
+    node = "conformance/test_errors.py::test_invalid_argument_raises_and_writes_nothing[impl-x.py:f-cache-rank]"
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"nodeid": node, "when": "call", "outcome": "failed", "duration": 1.0,
+                                   "params": {}, "leaves": [],
+                                   "longrepr": f"worker 'gw3' crashed while running '{node}'"}) + "\n")
+    row = next(r for r in argument_rows() if r.id == "arg-cache-rank")
+    for with_params, expected in ((False, "not run"), (True, "crashes")):
+        if with_params:
+            params_file(records).write_text(json.dumps({node: {"mutation": "cache-rank", "target": "impl"}}))
+        nodes = report.nodes_from(report.read_records(records))
+        defects = report.defects_from(nodes, tmp_path / "cases", {"args": ""})
+        cell = report.cell_for(row, nodes, defects, {"errors"}, argument=True)
+        assert cell["status"] == expected, cell
+    assert [d.key for d in defects] == ["crash"] and cell["defects"] == [defects[0].id], (defects, cell)

@@ -209,6 +209,7 @@ def test_a_tiny_scale_case_is_told_apart_by_plain_values():
     """Under a scale of 2**-149 every drawn input is zero, which reads the same divided by the scale
     or with the scale ignored. The classifier replays the Case with plain values over its first
     inputs: `divide` stays, 'ignores a scale' goes (the H200 report of examples/sglang_unfused.py)."""
+    from conformance.capabilities import probe_findings
     from conformance.classify import classify_case
     from conformance.impls import Implementation
     from strategies.case import Scale
@@ -216,10 +217,42 @@ def test_a_tiny_scale_case_is_told_apart_by_plain_values():
     impl = Implementation("divides-by-tensor1", _divides_by_tensor1, {})
     case = Case(num_tokens=2, num_heads=1, head_dim=8, page_size=1, num_pages=2, cache_loc=(1, 0),
                 v_scale=Scale("tensor1", 2.0**-149), recipe="unfused-nan")
-    [finding] = classify_case(case, impl, torch.device("cpu"))
-    explanations = finding.facts["explanations"]
-    assert finding.key == "rounding" and "rounding:divide" in explanations, finding
-    assert not any(e.startswith("scale:") for e in explanations), finding
+    # As a failing property's Case, and as a capability probe's (which did not narrow before 2026-12-03-e).
+    cpu = torch.device("cpu")
+    for [finding] in (classify_case(case, impl, cpu), probe_findings(case, impl, cpu)[0]):
+        explanations = finding.facts["explanations"]
+        assert finding.key == "rounding" and "rounding:divide" in explanations, finding
+        assert not any(e.startswith("scale:") for e in explanations), finding
+
+
+def _ignores_v_scale(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                     use_triton=True, *, recipe="unfused", checked=False):
+    """The reference, except that V is written as if v_scale were None."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, None, page_size, recipe=recipe,
+                            checked=checked)
+
+
+def test_a_row_equal_to_another_tokens_by_chance_is_the_scale_defect():
+    """Token 1's V is token 0's times the scale, 8: with the scale ignored, token 0's row equals token 1's
+    expected row byte for byte. The rows are still an ignored scale, as every row's own token explains
+    them, not a token written to another's slot (the H200 report of examples/sglang_triton_planted.py)."""
+    from conformance.classify import classify_case
+    from conformance.impls import Implementation
+    from strategies.case import Scale
+
+    def one_row_times_eight(built):
+        values = torch.tensor([[[0.0217742919921875, -1.5, 3.0, 0.125]]], dtype=torch.float16)
+        logical = torch.cat([values, values * 8])  # exact: a power of two
+        built.v.copy_(logical.reshape(built.v.shape))
+        built.v_logical = logical
+        return built
+
+    impl = Implementation("ignores-v-scale", _ignores_v_scale, {})
+    case = Case(num_tokens=2, num_heads=1, head_dim=4, page_size=1, num_pages=3, cache_loc=(2, 0),
+                input_dtype="float16", v_scale=Scale("float", 8.0), recipe="single")
+    findings = classify_case(case, impl, torch.device("cpu"), fill=one_row_times_eight)
+    assert [f.key for f in findings] == ["scale:ignored"], findings
 
 
 def test_a_lost_context_after_an_invalid_call_is_the_implementation_crash(monkeypatch, capsys, tmp_path):
@@ -229,11 +262,14 @@ def test_a_lost_context_after_an_invalid_call_is_the_implementation_crash(monkey
     from conformance.impls import Implementation
     from kernel import naive_fp8_set_kv_buffer
 
-    monkeypatch.setattr(harness, "cuda_context_lost", lambda device: True)
-    monkeypatch.setattr(harness, "RUNNER", "")  # as in a tool: report and return, not exit
-    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
     impl = Implementation("oob-writer", naive_fp8_set_kv_buffer, {})
-    harness.abandon_if_context_lost(impl, torch.device("cpu"), "on an invalid call (page-size-mismatch)")
+    # Undone before this test's teardown: the session's teardown check asks the same function, and on a
+    # CUDA machine it would end this worker.
+    with monkeypatch.context() as patched:
+        patched.setattr(harness, "cuda_context_lost", lambda device: True)
+        patched.setattr(harness, "RUNNER", "")  # as in a tool: report and return, not exit
+        patched.setenv("KVFP8_FAILURES", str(tmp_path))
+        harness.abandon_if_context_lost(impl, torch.device("cpu"), "on an invalid call (page-size-mismatch)")
     err = capsys.readouterr().err
     assert "oob-writer crashed the CUDA context" in err and "page-size-mismatch" in err, err
     assert not list(tmp_path.iterdir())

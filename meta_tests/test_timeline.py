@@ -16,6 +16,7 @@ def test_summary_of_a_made_up_timeline(tmp_path: Path):
     lines = ["100.0 main import", "101.0 gw0 configure", "102.0 gw0 collected 2", "102.0 gw1 collected 2",
              "103.0 gw0 start a", "113.0 gw0 cpu 4.500", "113.0 gw0 finish a",
              "103.0 gw1 start b", "105.0 gw1 finish b",
+             "104.0 gw0 compile 1.250 miss abc", "106.0 gw1 compile 0.010 hit abc",
              "103.0 main start a"]  # the controller's copy of a worker's event is not a worker's test
     path = tmp_path / "tl.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -27,6 +28,9 @@ def test_summary_of_a_made_up_timeline(tmp_path: Path):
     assert text.startswith("first test at 3.0 s; tests ran 10.0 s, to 13.0 s; 2 tests on 2 worker(s), 12 s busy")
     assert procs["gw0"].cpu == 4.5
     assert "| gw0 | 1.0 | 2.0 | 3.0 | 13.0 | 1 | 10.0 | 100 | 4.5 |" in text, text
+    assert procs["gw0"].compiles == [(1.25, False, "abc")] and procs["gw1"].compiles == [(0.01, True, "abc")]
+    assert ("Triton compilations: 2 (1.3 s), of which 1 compiled from scratch (1.2 s) and 1 loaded from the "
+            "on-disk cache; 1 distinct variants") in text, text
 
 
 def test_a_pytest_run_writes_its_timeline(tmp_path: Path):

@@ -9,6 +9,8 @@ CUDA only. For each recipe, encoder and shape (bf16 input, fp8 cache, a float sc
 Bytes of one call: T*H*D*(2 input bytes + 1 cache byte)*2 (K and V). Several buffer sets are rotated
 when one call's data would fit in L2, so small shapes are not measured cache-hot.
 Writes bench.csv and bench.png into $OUT if set, else reports/. Targets are reported, not asserted.
+`--compare OLD.csv` puts another run's fused times (say, an earlier kernel's, run just before on the
+same machine) beside each row, and scores them against this run's copy times.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Row:
     copy_us: float = math.nan
     bit_exact: str = ""
     targets: str = ""
+    prev_graph_us: float = math.nan
+    prev_eager_us: float = math.nan
+    prev_targets: str = ""
 
     @property
     def graph_gbps(self) -> float:
@@ -93,6 +98,23 @@ def targets(row: Row, default_recipe: str) -> str:
     if row.recipe == default_recipe and not math.isnan(row.ref_compiled_us):
         out.append(("eager<compiled-ref", row.fused_eager_us < row.ref_compiled_us))
     return " ".join(f"{name}:{'PASS' if ok else 'MISS'}" for name, ok in out)
+
+
+def load_baseline(path: Path) -> dict[tuple[str, str, int, int, int], tuple[float, float]]:
+    """(recipe, encoder, T, H, D) -> (fused graph us, fused eager us) from another run's bench.csv."""
+    with Path(path).open(newline="") as f:
+        return {(r["recipe"], r["encoder"], int(r["T"]), int(r["H"]), int(r["D"])):
+                (float(r["fused_graph_us"]), float(r["fused_eager_us"])) for r in csv.DictReader(f)}
+
+
+def attach_baseline(row: Row, baseline: dict, default_recipe: str) -> None:
+    """Put the baseline's times for this row beside it, with the targets they would meet here."""
+    graph, eager = baseline.get((row.recipe, row.encoder, row.T, row.H, row.D), (math.nan, math.nan))
+    row.prev_graph_us, row.prev_eager_us = graph, eager
+    if not math.isnan(graph):
+        as_prev = Row(row.recipe, row.encoder, row.T, row.H, row.D, row.bytes, fused_graph_us=graph,
+                      fused_eager_us=eager, copy_us=row.copy_us)
+        row.prev_targets = targets(as_prev, default_recipe)
 
 
 def csv_fields() -> list[str]:
@@ -141,6 +163,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rep-ms", type=float, default=None, help="do_bench rep time per measurement (ms)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--no-host", action="store_true", help="skip the host-time table (tools.host_overhead)")
+    p.add_argument("--compare", type=Path, default=None, metavar="OLD.csv",
+                   help="another run's bench.csv: its fused times beside each row, scored against this run's copy")
     args = p.parse_args(argv)
     if args.quick:
         args.tokens = args.tokens or QUICK_TOKENS
@@ -259,6 +283,7 @@ def _run(args: argparse.Namespace) -> int:
     launches: dict[str, object] = {}
     recipes_all = list(kernel.RECIPES)
     todo = grid(args, recipes_all, default)
+    baseline = load_baseline(args.compare) if args.compare else {}
     print(f"kvfp8 bench: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}; {len(todo)} shapes x encoders {args.encoders}; "
           f"scale {args.scale_kind} {args.scale}; locs {args.locs}", flush=True)
@@ -287,6 +312,8 @@ def _run(args: argparse.Namespace) -> int:
                            for name, exp in zip(("k_cache", "v_cache"), expected))
                 row.bit_exact = "yes" if same else "NO"
             row.targets = targets(row, default)
+            if baseline:
+                attach_baseline(row, baseline, default)
             if enc not in launches:
                 launches[enc] = count_launches(torch, lambda run=run: run(0))
             rows.append(row)
@@ -319,6 +346,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"\nkernel launches per fused call (torch.profiler): {launches}")
     print(f"Triton compilations of fp8_kv_write: {compilations(fp8_kv_write)}")
     summarize(rows)
+    if baseline:
+        summarize(rows, "prev_targets", f"the --compare run ({args.compare})")
     if not args.no_plot:
         plot(rows, folder / "bench.png", default)
     if not args.no_host:
@@ -334,21 +363,27 @@ def _run(args: argparse.Namespace) -> int:
 def print_row(row: Row, header: bool) -> None:
     if header:
         print(f"{'recipe':<17}{'enc':<5}{'T':>6}{'HxD':>7} {'graph us':>9}{'GB/s':>7}{'%roof':>6} "
-              f"{'eager us':>9}{'ref us':>9}{'cref us':>9}{'copy us':>8}{'xref':>6}{'xcref':>6} exact  targets")
+              f"{'eager us':>9}{'ref us':>9}{'cref us':>9}{'copy us':>8}{'xref':>6}{'xcref':>6}"
+              f"{'prev gr':>8}{'prev %':>7}{'prev eg':>8} exact  targets")
     f = lambda x, w, p=1: f"{x:>{w}.{p}f}" if not math.isnan(x) else f"{'-':>{w}}"
     print(f"{row.recipe:<17}{row.encoder[:4]:<5}{row.T:>6}{f'{row.H}x{row.D}':>7} {f(row.fused_graph_us, 9, 2)}"
           f"{f(row.graph_gbps, 7, 0)}{f(row.graph_pct, 6)} {f(row.fused_eager_us, 9)}{f(row.ref_eager_us, 9)}"
           f"{f(row.ref_compiled_us, 9)}{f(row.copy_us, 8, 2)}{f(row.ref_eager_us / row.fused_eager_us, 6)}"
-          f"{f(row.ref_compiled_us / row.fused_eager_us, 6)} {row.bit_exact or '-':<6} {row.targets}", flush=True)
+          f"{f(row.ref_compiled_us / row.fused_eager_us, 6)}{f(row.prev_graph_us, 8, 2)}"
+          f"{f(100 * row.copy_us / row.prev_graph_us, 7)}{f(row.prev_eager_us, 8)} {row.bit_exact or '-':<6} "
+          f"{row.targets}", flush=True)
 
 
-def summarize(rows: list[Row]) -> None:
+def summarize(rows: list[Row], field: str = "targets", who: str = "") -> None:
     counts: dict[str, list[int]] = {}
     for row in rows:
-        for item in row.targets.split():
+        for item in getattr(row, field).split():
             name, verdict = item.split(":")
             counts.setdefault(name, [0, 0])[verdict == "MISS"] += 1
-    print("targets: " + ", ".join(f"{n}: {p} pass / {m} miss" for n, (p, m) in counts.items()))
+    print(f"targets{' of ' + who if who else ''}: "
+          + ", ".join(f"{n}: {p} pass / {m} miss" for n, (p, m) in counts.items()))
+    if field != "targets":
+        return
     not_exact = [r for r in rows if r.bit_exact == "NO"]
     if not_exact:
         print(f"NOT BIT-EXACT against the reference: {[(r.encoder, r.T, r.H, r.D) for r in not_exact]}")

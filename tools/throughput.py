@@ -4,11 +4,18 @@ Draws N Cases from the same strategy the bit-exact property uses (derandomized),
 check_case twice: the first pass compiles every kernel variant the Cases need, the second is timed.
 Prints examples/s for both passes and the number of kernel variants compiled.
 
-    python -m tools.throughput [-n 300] [--encoder hardware|software] [--size large|small]
+    python -m tools.throughput [-n 300] [--encoder hardware|software] [--size large|small] [--profile]
+
+`--profile` times a third pass under torch.profiler (host ops, and device kernels on CUDA) and
+cProfile, and prints where an example's time goes: the top ops by own host time, the device's busy
+time against the wall clock, and the top Python functions.
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import time
 
 import torch
@@ -45,12 +52,44 @@ def run_pass(drawn: list[Case], impl: Implementation, device: torch.device) -> f
     return time.perf_counter() - started
 
 
+def profile_pass(drawn: list[Case], impl: Implementation, device: torch.device, top: int = 20) -> str:
+    """Where a warm pass's time goes: torch.profiler's top ops and device time, then cProfile's top."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        wall = run_pass(drawn, impl, device)
+    n = len(drawn)
+    events = prof.key_averages()
+    device_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    host_ops = sorted((e for e in events if e.key.startswith(("aten::", "cuda", "triton"))),
+                      key=lambda e: e.self_cpu_time_total, reverse=True)
+    out = io.StringIO()
+    out.write(f"\n### torch.profiler, {n} examples ({wall / n * 1e3:.2f} ms an example under the profiler)\n\n"
+              f"device busy {device_us / n:.0f} us an example; aten ops "
+              f"{sum(e.count for e in events if e.key.startswith('aten::')) / n:.0f} an example\n\n"
+              "| op | calls an example | own host us an example | device us an example |\n|---|---|---|---|\n")
+    for e in host_ops[:top]:
+        out.write(f"| {e.key} | {e.count / n:.1f} | {e.self_cpu_time_total / n:.1f} | "
+                  f"{e.device_time_total / n:.1f} |\n")
+    prof_py = cProfile.Profile()
+    prof_py.enable()
+    run_pass(drawn, impl, device)
+    prof_py.disable()
+    out.write(f"\n### cProfile, {n} examples\n\n```\n")
+    pstats.Stats(prof_py, stream=out).sort_stats("tottime").print_stats(top)
+    out.write("```\n")
+    return out.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser("throughput", __doc__)
     p.add_argument("--examples", "-n", dest="examples", type=int, default=300,
                    help="cases to draw (default 300; -n is a deprecated alias)")
     p.add_argument("--encoder", default=None, choices=ENCODERS)
     p.add_argument("--size", default=None, choices=("small", "large"))
+    p.add_argument("--profile", action="store_true", help="then profile a third pass (torch.profiler, cProfile)")
     args = p.parse_args(argv)
     device = test_device()
     size = args.size or ("large" if device.type == "cuda" else "small")
@@ -62,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bit-exact throughput on {device} ({impl.name}, size={size}): {len(drawn)} cases; "
           f"first pass {len(drawn) / cold:.1f} examples/s (compiling), "
           f"after warm-up {len(drawn) / warm:.1f} examples/s; kernel variants: {compiled_variants()}")
+    if args.profile:
+        print(profile_pass(drawn, impl, device))
     return 0
 
 

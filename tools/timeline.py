@@ -25,6 +25,7 @@ class Process:
     marks: dict[str, float] = field(default_factory=dict)  # first time of each event
     tests: list[tuple[str, float, float]] = field(default_factory=list)  # (node id, start, finish)
     cpu: float = 0.0  # CPU seconds of its tests (subprocesses included), where the timeline has them
+    compiles: list[tuple[float, bool, str]] = field(default_factory=list)  # (seconds, on-disk cache hit, variant)
     _open: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -48,6 +49,9 @@ def read(path: Path) -> dict[str, Process]:
             p._open[what] = t - t0
         elif event == "cpu":
             p.cpu += float(what)
+        elif event == "compile":
+            seconds, hit, *variant = what.split()
+            p.compiles.append((float(seconds), hit == "hit", variant[0] if variant else "?"))
         elif event == "finish" and what in p._open:
             p.tests.append((what, p._open.pop(what), t - t0))
     return procs
@@ -83,6 +87,14 @@ def summary(procs: dict[str, Process], width: float = 10.0, slowest: int = 10) -
         lines.append(f"| {w.name} | {fmt(w.marks.get('configure'))} | {fmt(w.marks.get('collected'))} | "
                      f"{fmt(w.marks.get('start'))} | {fmt(max(ends) if ends else None)} | {len(w.tests)} | "
                      f"{w.busy:.1f} | {100 * w.busy / max(phase, 1e-9):.0f} | {w.cpu:.1f} |")
+    compiles = [c for w in workers for c in w.compiles]
+    if compiles:
+        missed = [s for s, hit, _ in compiles if not hit]
+        variants = {v for _, _, v in compiles if v != "?"}
+        lines += ["", f"Triton compilations: {len(compiles)} ({sum(s for s, _, _ in compiles):.1f} s), of which "
+                      f"{len(missed)} compiled from scratch ({sum(missed):.1f} s) and {len(compiles) - len(missed)} "
+                      f"loaded from the on-disk cache"
+                      + (f"; {len(variants)} distinct variants" if variants else "")]
     lines += ["", "busy workers by slice: " + ", ".join(f"{s:.0f} s: {b:.1f}"
                                                        for s, b in busy_by_slice(workers, first, last, width))]
     lines += ["", "| slowest tests | s |", "|---|---|"]
