@@ -209,17 +209,42 @@ def _recipes_matching(rows: _Rows, slots: list[int], mask: torch.Tensor, held: s
     return [r for r in RECIPES if r != held and bool((rows.q(r)[toks] == actual)[mask].all())]
 
 
+def _scale_variant_values(rows: _Rows) -> dict[str, float]:
+    """The scale each scale variant uses in place of the cache's own: None, the other cache's, 1/s."""
+    own = _scale_value(rows.scale)
+    variants = [(1.0, "scale:ignored"), (_scale_value(rows.other), "scale:swapped"),
+                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted")]
+    return {key: value for value, key in variants if value is not None and value != own and 0 < value < float("inf")}
+
+
 def _scale_variants(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str) -> list[str]:
     """The keys of the scale variants (None, the other cache's scale, 1/s) under which the held
     recipe's bytes equal the actual ones at every masked position."""
     toks = [rows.writers[s][-1] for s in slots]
     actual = torch.stack([rows.row(rows.act, s) for s in slots])
-    own = _scale_value(rows.scale)
-    variants = [(1.0, "scale:ignored"), (_scale_value(rows.other), "scale:swapped"),
-                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted")]
-    return [key for value, key in variants
-            if value is not None and value != own and 0 < value < float("inf")
-            and bool((rows.q(held, value)[toks] == actual)[mask].all())]
+    return [key for key, value in _scale_variant_values(rows).items()
+            if bool((rows.q(held, value)[toks] == actual)[mask].all())]
+
+
+def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
+    """Whether an explanation (rounding:R, or a scale variant of the held recipe) gives the actual bytes
+    of the first `elements` inputs (in token order) that land in a slot of their own, but for the signs
+    of NaN and zero (defects of their own)."""
+    if explanation.startswith("rounding:"):
+        predicted = rows.q(explanation.split(":", 1)[1])
+    elif explanation in _scale_variant_values(rows):
+        predicted = rows.q(held, _scale_variant_values(rows)[explanation])
+    else:
+        return True  # nothing to predict with: keep it
+    per_token = predicted[0].numel() if predicted.shape[0] else 1
+    slot_of = {toks[0]: s for s, toks in rows.writers.items() if len(toks) == 1}
+    pairs = [(predicted[i // per_token].flatten()[i % per_token], rows.row(rows.act, slot_of[i // per_token]).flatten()
+              [i % per_token]) for i in range(elements) if i // per_token in slot_of]
+    if not pairs:
+        return True
+    p, a = torch.stack([q for q, _ in pairs]), torch.stack([b for _, b in pairs])
+    nan, zero = _sign_pairs(p, a)
+    return not bool(((p != a) & ~nan & ~zero).any())
 
 
 def explanation_title(key: str, which: str, held: str) -> str:
@@ -426,8 +451,9 @@ def _plain_overrides(case: Case) -> tuple[Override, ...]:
 
 
 def narrow(case: Case, impl: Implementation, device: torch.device, findings: list[Finding]) -> None:
-    """Keep, of each value finding's explanations (recipes, scale variants), those that also explain a
-    replay of the Case with plain values over its first inputs (PLAIN_VALUES)."""
+    """Keep, of each value finding's explanations (recipes, scale variants), those that also give the
+    bytes of a replay of the Case with plain values over its first inputs (PLAIN_VALUES), whether or
+    not that replay differs from the reference."""
     ambiguous = [f for f in findings if len(f.facts.get("explanations", ())) > 1]
     if not ambiguous or not case.num_tokens:
         return
@@ -436,11 +462,18 @@ def narrow(case: Case, impl: Implementation, device: torch.device, findings: lis
         expected, actual, error, before, _ = run_case(variant, impl, device)
     except Exception:  # the reference refused the variant: keep what the Case itself says
         return
-    again = classify_result(variant, expected, actual, error, before)
+    if error:
+        return
     for f in ambiguous:
-        same = [g for g in again if g.facts.get("which") == f.facts.get("which") and g.facts.get("explanations")]
-        kept = [e for e in f.facts["explanations"] if same and e in same[0].facts["explanations"]]
-        if kept and len(kept) < len(f.facts["explanations"]):
+        rows = _Rows(variant, f.facts["which"], expected, actual, before)
+        kept = [e for e in f.facts["explanations"] if _predicts(rows, e, case.recipe, len(PLAIN_VALUES))]
+        if not kept:  # each was a coincidence of this Case's values (a tiny scale's zeros, say)
+            ruled_out = ", ".join(f.facts["explanations"])
+            f.facts.update(explanations=[], recipes=[], ruled_out=f.facts["explanations"])
+            f.cls, f.key = "wrong-bytes", "wrong-bytes:values"
+            f.title = (f"writes values that no recipe and no scale explains (a replay with plain values rules "
+                       f"out {ruled_out})")
+        elif len(kept) < len(f.facts["explanations"]):
             recipes = [e.split(":", 1)[1] for e in kept if e.startswith("rounding:")]
             f.facts.update(explanations=kept, recipes=recipes)
             f.cls, f.key = ("rounding", "rounding") if recipes else ("scale", kept[0])

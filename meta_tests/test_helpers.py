@@ -225,6 +225,33 @@ def test_a_tiny_scale_case_is_told_apart_by_plain_values():
         assert not any(e.startswith("scale:") for e in explanations), finding
 
 
+def _divides_with_nan_overflow(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                               use_triton=True, *, recipe="unfused", checked=False):
+    """`k.div_(scale).to(float8_e4m3fn)` with a 1-element tensor scale on torch <= 2.11 (CUDA): an exact
+    division, rounded to the input dtype, NaN past the e4m3 range. No recipe of the table is this."""
+    from kernel import naive_fp8_set_kv_buffer
+    from kernel.recipe import Recipe
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, checked=checked,
+                            recipe=Recipe("divide-nan", "divide", "fp32", "input", "nan", "this test"))
+
+
+def test_values_no_recipe_explains_are_said_so():
+    """Under a scale of 2**-149 a zero input gives NaN when held to unfused-nan (0 * inf) and zero when
+    divided: that reads as an ignored scale, a swapped one, or a division. Plain values rule out each
+    (they overflow to NaN here), so the finding is values that no recipe explains, not "ignores a
+    scale" (the H200 report of examples/sglang_unfused.py, 2026-12-03-e)."""
+    from conformance.capabilities import probe_findings
+    from conformance.impls import Implementation
+    from strategies.case import Scale
+
+    impl = Implementation("divides-with-nan-overflow", _divides_with_nan_overflow, {})
+    case = Case(num_tokens=2, num_heads=1, head_dim=8, page_size=1, num_pages=2, cache_loc=(1, 0),
+                v_scale=Scale("tensor1", 2.0**-149), recipe="unfused-nan")
+    [finding] = probe_findings(case, impl, torch.device("cpu"))[0]
+    assert finding.key == "wrong-bytes:values", finding
+    assert {"scale:ignored", "rounding:divide"} <= set(finding.facts["ruled_out"]), finding.facts
+
+
 def _ignores_v_scale(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                      use_triton=True, *, recipe="unfused", checked=False):
     """The reference, except that V is written as if v_scale were None."""
