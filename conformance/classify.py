@@ -238,11 +238,15 @@ def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
         return True  # nothing to predict with: keep it
     per_token = predicted[0].numel() if predicted.shape[0] else 1
     slot_of = {toks[0]: s for s, toks in rows.writers.items() if len(toks) == 1}
-    pairs = [(predicted[i // per_token].flatten()[i % per_token], rows.row(rows.act, slot_of[i // per_token]).flatten()
-              [i % per_token]) for i in range(elements) if i // per_token in slot_of]
-    if not pairs:
+    said, written = [], []
+    for i in range(elements):
+        t, j = divmod(i, per_token)
+        if t in slot_of:
+            said.append(predicted[t].flatten()[j])
+            written.append(rows.row(rows.act, slot_of[t]).flatten()[j])
+    if not said:
         return True
-    p, a = torch.stack([q for q, _ in pairs]), torch.stack([b for _, b in pairs])
+    p, a = torch.stack(said), torch.stack(written)
     nan, zero = _sign_pairs(p, a)
     return not bool(((p != a) & ~nan & ~zero).any())
 

@@ -32,8 +32,8 @@ _F = TypeVar("_F", bound=Callable)
 def not_traced(fn: _F) -> _F:
     """`torch.compiler.disable(fn)`, without importing torch._dynamo until something has.
 
-    Importing dynamo takes seconds (3.4 s on the H200, most of importing this package), and a process
-    that has not imported it is not compiling anything, so until then `fn` is called as it is."""
+    Importing dynamo takes seconds, most of importing this package (docs/results/h200-2026-12-03-e.md),
+    and a process that has not imported it is not compiling anything: until then `fn` is called as is."""
     disabled: Callable | None = None
 
     @functools.wraps(fn)

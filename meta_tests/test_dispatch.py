@@ -139,3 +139,28 @@ def test_fast_path_bytes_equal_the_reference_on_cuda(monkeypatch: pytest.MonkeyP
         for name in ("k_cache", "v_cache"):
             assert torch.equal(c[name].view(torch.uint8), ref[name].view(torch.uint8)), (i, name)
     assert len(calls) == 5, f"make_plan ran {len(calls)} times for 10 calls of 5 layouts: expected 5"
+
+
+def test_importing_the_kernel_leaves_dynamo_alone_and_a_compiled_reference_still_matches():
+    """make_plan stays out of dynamo's tracing (kernel.plan.not_traced) without importing torch._dynamo
+    when the package is imported, which takes seconds in every process: a fresh process that imports
+    the kernel has no dynamo, and the reference compiled afterwards writes the eager bytes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import sys, torch, kernel
+assert "torch._dynamo" not in sys.modules, "importing kernel imported torch._dynamo"
+g = torch.Generator().manual_seed(0)
+k = torch.randn(5, 2, 16, generator=g).to(torch.bfloat16)
+loc = torch.tensor([0, 3, 7, -1, 9])
+caches = [torch.zeros(4, 4, 2, 16, dtype=torch.uint8) for _ in range(4)]
+kernel.naive_fp8_set_kv_buffer(k, k, caches[0], caches[1], loc, 0.7, 0.3, 4)
+torch.compile(kernel.naive_fp8_set_kv_buffer, backend="eager")(k, k, caches[2], caches[3], loc, 0.7, 0.3, 4)
+assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3]), "compiled bytes differ"
+"""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
