@@ -78,3 +78,20 @@ def test_compare_puts_another_runs_times_beside_each_row(tmp_path):
     unseen = bench.Row("single", "software", 1, 8, 128, bench.bytes_moved(1, 8, 128), copy_us=2.0)
     bench.attach_baseline(unseen, baseline, "unfused")
     assert unseen.prev_targets == "" and unseen.prev_graph_us != unseen.prev_graph_us  # nan: not in the old run
+
+
+def test_variant_key_is_the_compiled_specialization():
+    """tools.variants: a float and a tensor scale are two variants (the float's placeholder pointer is
+    cache_loc's dtype), one with --fp32-placeholder; the key carries the compiled tile, not the
+    interpreter's."""
+    from kernel.fused import tile_for
+    from strategies.case import Case, Scale
+    from tools.variants import variant_key
+
+    base = dict(num_tokens=100, num_heads=2, head_dim=64, page_size=16, num_pages=8, cache_loc=tuple(range(100)))
+    by_float = Case(**base, k_scale=Scale("float", 0.5))
+    by_tensor = Case(**base, k_scale=Scale("tensor1", 0.5))
+    assert variant_key(by_float, False) != variant_key(by_tensor, False)
+    assert variant_key(by_float, False, fp32_placeholder=True) == variant_key(by_tensor, False, fp32_placeholder=True)
+    constexprs = dict(variant_key(by_float, False)[0])
+    assert (constexprs["BLOCK_T"], constexprs["BLOCK_D"]) == tile_for(2 * 64, 2048)[::2]
