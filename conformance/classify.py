@@ -230,10 +230,11 @@ def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
     """Whether an explanation (rounding:R, or a scale variant of the held recipe) gives the actual bytes
     of the first `elements` inputs (in token order) that land in a slot of their own, but for the signs
     of NaN and zero (defects of their own)."""
+    variants = _scale_variant_values(rows)
     if explanation.startswith("rounding:"):
         predicted = rows.q(explanation.split(":", 1)[1])
-    elif explanation in _scale_variant_values(rows):
-        predicted = rows.q(held, _scale_variant_values(rows)[explanation])
+    elif explanation in variants:
+        predicted = rows.q(held, variants[explanation])
     else:
         return True  # nothing to predict with: keep it
     per_token = predicted[0].numel() if predicted.shape[0] else 1
@@ -244,11 +245,7 @@ def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
         if t in slot_of:
             said.append(predicted[t].flatten()[j])
             written.append(rows.row(rows.act, slot_of[t]).flatten()[j])
-    if not said:
-        return True
-    p, a = torch.stack(said), torch.stack(written)
-    nan, zero = _sign_pairs(p, a)
-    return not bool(((p != a) & ~nan & ~zero).any())
+    return not said or _signs_only(torch.stack(said), torch.stack(written))
 
 
 def explanation_title(key: str, which: str, held: str) -> str:

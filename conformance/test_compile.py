@@ -85,7 +85,6 @@ def test_opcheck_schema_with_fp8_caches(impl, device):
     torch.library.opcheck(OP, op_args(build(case, device), encoder), test_utils=("test_schema",))
 
 
-
 def test_op_marks_its_caches_modified(impl, device):
     """An in-place op bumps each mutated tensor's version counter (autograd refuses a stale saved
     tensor by it); the op is registered without custom_op's wrapper, so it does this itself."""
@@ -96,6 +95,7 @@ def test_op_marks_its_caches_modified(impl, device):
     after = (built.k_cache._version, built.v_cache._version, built.k._version)
     assert after[0] > before[0] and after[1] > before[1], f"cache versions {before[:2]} -> {after[:2]}"
     assert after[2] == before[2], f"k is only read, yet its version went {before[2]} -> {after[2]}"
+
 
 def compiled(encoder: str | None, dynamic: bool) -> tuple[Implementation, CompileCounterWithBackend]:
     """A caller of the custom op under torch.compile(fullgraph=True), and its compile counter."""

@@ -1,9 +1,13 @@
-"""The tools' one command-line convention: `prog`, description, comma lists, recipes, encoders, $OUT."""
+"""The tools' one command-line convention: `prog`, description, comma lists, recipes, encoders, $OUT,
+and a cProfile table in markdown."""
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -50,3 +54,16 @@ def out_dir(default: str | os.PathLike[str] = "reports", *, create: bool = True)
     if create:
         folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def cprofile_markdown(title: str, run: Callable[[], object], top: int) -> str:
+    """A markdown section: `run()` under cProfile, its `top` functions by own time."""
+    prof = cProfile.Profile()
+    prof.enable()
+    run()
+    prof.disable()
+    out = io.StringIO()
+    out.write(f"\n### {title}\n\n```\n")
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    out.write("```\n")
+    return out.getvalue()

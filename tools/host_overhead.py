@@ -14,15 +14,13 @@ and to host-overhead.md in $OUT (else reports/).
 
 from __future__ import annotations
 
-import cProfile
 import io
-import pstats
 import statistics
 import sys
 import time
 from collections.abc import Callable
 
-from tools._cli import out_dir, parser
+from tools._cli import cprofile_markdown, out_dir, parser
 
 BATCHES = 7
 
@@ -122,15 +120,12 @@ def profile(calls: int = 2000, top: int = 18) -> str:
             k, k, kc, vc, loc, 0.7, 0.7, 16)), ("slow path (make_plan + Triton's JIT launch)", slow)):
         fn()
         torch.cuda.synchronize()
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            fn()
-        prof.disable()
+        def repeat(fn=fn) -> None:
+            for _ in range(calls):
+                fn()
+
+        out.write(cprofile_markdown(f"{name}, {calls} calls", repeat, top))
         torch.cuda.synchronize()
-        out.write(f"\n### {name}, {calls} calls\n\n```\n")
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-        out.write("```\n")
     return out.getvalue()
 
 

@@ -13,9 +13,7 @@ time against the wall clock, and the top Python functions.
 
 from __future__ import annotations
 
-import cProfile
 import io
-import pstats
 import time
 
 import torch
@@ -26,16 +24,17 @@ from conformance.impls import Implementation, test_device
 from conformance.stats import compiled_variants
 from kernel import RECIPES, fused_fp8_set_kv_buffer
 from strategies import Case, cases
-from tools._cli import ENCODERS, parser
+from tools._cli import ENCODERS, cprofile_markdown, parser
 
 
-def draw_cases(n: int, size: str) -> list[Case]:
-    """n Cases, the same every run (derandomized), spread over every recipe."""
+def draw_cases(n: int, size: str, recipes: tuple[str, ...] = tuple(RECIPES)) -> list[Case]:
+    """n Cases of the bit-exact property's strategy, the same every run (derandomized), spread over
+    `recipes` (default: every recipe)."""
     drawn: list[Case] = []
 
     @settings(max_examples=n, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(cases(recipes=tuple(RECIPES), size=size, allow_out_of_range=True))
+    @given(cases(recipes=recipes, size=size, allow_out_of_range=True))
     def collect(case: Case) -> None:
         drawn.append(case)
 
@@ -73,13 +72,7 @@ def profile_pass(drawn: list[Case], impl: Implementation, device: torch.device, 
     for e in host_ops[:top]:
         out.write(f"| {e.key} | {e.count / n:.1f} | {e.self_cpu_time_total / n:.1f} | "
                   f"{e.device_time_total / n:.1f} |\n")
-    prof_py = cProfile.Profile()
-    prof_py.enable()
-    run_pass(drawn, impl, device)
-    prof_py.disable()
-    out.write(f"\n### cProfile, {n} examples\n\n```\n")
-    pstats.Stats(prof_py, stream=out).sort_stats("tottime").print_stats(top)
-    out.write("```\n")
+    out.write(cprofile_markdown(f"cProfile, {n} examples", lambda: run_pass(drawn, impl, device), top))
     return out.getvalue()
 
 

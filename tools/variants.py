@@ -1,11 +1,11 @@
 """How many compiled kernel variants the bit-exact property's Cases need on a GPU, counted anywhere.
 
-Draws N Cases (derandomized) from `test_bit_exact`'s strategy for each recipe, builds each on the
-CPU, and computes the key Triton specializes the kernel on: the constexprs (recipe switches,
-encoder, alignment, tile), the pointer dtypes and the warps, with the tiles a compiled launch would
-use. Prints the distinct keys per (encoder, recipe) test and over all of them, and how many values
-each dimension takes. `--fp32-placeholder` counts as if a float scale's placeholder pointer were
-always fp32 (today it is `cache_loc`, int32 or int64).
+Draws N Cases (derandomized, `tools.throughput.draw_cases`) from `test_bit_exact`'s strategy for
+each recipe, builds each on the CPU, and computes the key Triton specializes the kernel on: the
+constexprs (recipe switches, encoder, alignment, tile), the pointer dtypes and the warps, with the
+tiles a compiled launch would use. Prints the distinct keys per (encoder, recipe) test and over all
+of them, and how many values each dimension takes. `--fp32-placeholder` counts as if a float
+scale's placeholder pointer were always fp32 (today it is `cache_loc`, int32 or int64).
 
     python -m tools.variants [--examples 150] [--fp32-placeholder]
 
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
-from hypothesis import HealthCheck, given, settings
 
 from kernel import RECIPES, fused
 from kernel.plan import make_plan
-from strategies import Case, cases
+from strategies import Case
 from strategies.build import build
 from tools._cli import parser
+from tools.throughput import draw_cases
 
 
 def variant_key(case: Case, software: bool, fp32_placeholder: bool = False) -> tuple | None:
@@ -45,19 +45,6 @@ def variant_key(case: Case, software: bool, fp32_placeholder: bool = False) -> t
     return tuple(sorted(constexprs.items())), tuple(pointers), warps
 
 
-def draw(recipe: str, examples: int) -> list[Case]:
-    drawn: list[Case] = []
-
-    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(cases(recipes=(recipe,), size="large"))
-    def collect(case: Case) -> None:
-        drawn.append(case)
-
-    collect()
-    return drawn
-
-
 def main(argv: list[str] | None = None) -> int:
     p = parser("variants", __doc__)
     p.add_argument("--examples", type=int, default=150, help="Cases a test (default 150, the gpu profile's)")
@@ -69,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     dims: dict[str, set] = defaultdict(set)
     for software in (False, True):
         for recipe in RECIPES:
-            drawn = draw(recipe, args.examples)
+            drawn = draw_cases(args.examples, "large", (recipe,))
             keys = {k for k in (variant_key(c, software, args.fp32_placeholder) for c in drawn) if k}
             every |= keys
             for constexprs, pointers, _ in keys:
