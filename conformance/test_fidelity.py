@@ -14,10 +14,15 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from hypothesis import given
 
+from conformance.bytediff import diff_buffers
+from conformance.harness import run_reference
 from kernel.plan import ScaleArg
 from kernel.recipe import RECIPES
 from kernel.reference import INPUT_FORMATS, quantize, round_to_input_dtype
+from strategies import Case, cases
+from strategies.build import build
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 SCALES = (1.0, 0.3, 0.7, 2.0**-5, 17.3)
@@ -229,3 +234,22 @@ def test_cuda_triton_recipes_equal_tiny_kernels(dtype: str, recipe: str, jit):
         jit[(triton.cdiv(x.numel(), 1024),)](x, out, fp32(scale), x.numel(), BLOCK=1024)
         ours = reference(x, ScaleArg("float", fp32(scale), None), recipe)
         assert_bytes_match(x, ours, _bytes(out), f"{dtype} Triton {recipe} kernel at {scale}")
+
+
+@pytest.mark.skipif(not CUDA, reason="CUDA only: compares the reference on the CPU with the reference on "
+                    "CUDA; no CUDA device here")
+@pytest.mark.cuda
+@given(case=cases(recipes=tuple(RECIPES), size="large", allow_out_of_range=True))
+def test_the_reference_gives_the_same_bytes_on_cpu_and_cuda(case: Case):
+    """The builder and the reference claim the same bytes on every device: a Case built and written on
+    the CPU and on CUDA gives the same buffers, bit for bit (inputs with their NaN poison included)."""
+    on_cpu, on_cuda = build(case, "cpu"), build(case, "cuda")
+    for name in on_cuda.buffers:
+        cpu_bits, cuda_bits = (buf.cpu().reshape(-1).view(torch.uint8) for buf in (on_cpu.buffers[name],
+                                                                                  on_cuda.buffers[name]))
+        assert torch.equal(cpu_bits, cuda_bits), f"the builder's {name} depends on the device"
+    run_reference(case, torch.device("cpu"), on_cpu)
+    run_reference(case, torch.device("cuda"), on_cuda)
+    for name in ("k_cache", "v_cache"):
+        report = diff_buffers(on_cpu, name, on_cpu.buffers[name], on_cuda.buffers[name].cpu())
+        assert report is None, f"the reference's bytes depend on the device (CPU expected, CUDA actual):\n{report}"

@@ -15,6 +15,10 @@ Measured on the CPU (AVX-512), torch 2.13, against the recipes:
 - NaN bytes are torch's, not always 0x7F, and depend on dtype, scale kind and even the element's position
   (vector body or scalar tail): a negative NaN mostly gives 0xFF; with a scale, bf16's vectorized division
   writes every NaN as 0xFFFF, so a positive NaN gives 0xFF too.
+On the H200 (torch 2.11, CUDA) the same code computes, by scale kind, what its conformance report lists
+(docs/results/conformance-h200-2026-12-03-e/): a float multiplies by 1/s (`unfused-nan`, which it is held to),
+a 0-d tensor is first rounded to k's dtype (`unfused-tensor0d`'s arithmetic) and a 1-element tensor divides
+(`unfused-tensor1`'s), both with the cast's NaN past the range.
 The rest of the call is a correct server path: padding and out-of-range slots write nothing, 2-D/3-D inputs,
 3-D/4-D caches and uint8 caches (bit copy) are handled, and k, v are never modified. Boolean indexing of
 cache_loc syncs with the host, as the server path does.

@@ -4,7 +4,8 @@ Everything here is plain torch, and every rounding step is written out instead o
 `div_` or `.to(torch.float8_e4m3fn)`, whose results depend on the device, the scale's type and the
 torch version (docs/facts.md). The only operations trusted are ones IEEE defines exactly and
 that torch computes the same way on every device: fp32 multiply and divide, float64 arithmetic on
-exactly representable values, `torch.round` (ties to even) and `torch.frexp`.
+exactly representable values, `torch.round` (ties to even), `torch.frexp`, and comparisons
+(`torch.searchsorted` finds an exact value in a table).
 
 So the reference gives the same bytes on CPU and CUDA, under any torch version.
 """
@@ -67,27 +68,43 @@ def round_to_input_dtype(y: torch.Tensor, fmt: Format | None) -> torch.Tensor:
     return q.to(torch.float32)
 
 
+def e4m3_magnitude(byte: int) -> float:
+    """The value of an e4m3fn byte with its sign bit clear, 0x00..0x7E: the format's definition.
+    Normal (exponent field E > 0): 2**(E-7) * (1 + M/8). Subnormal (E = 0): M * 2**-9."""
+    exp_field, man_field = byte >> 3, byte & 7
+    if exp_field == 0:
+        return man_field * 2.0**-9
+    return 2.0 ** (exp_field - 7) * (1 + man_field / 8)
+
+
+_MAGNITUDES: dict[torch.device, torch.Tensor] = {}
+
+
+def _magnitudes(device: torch.device) -> torch.Tensor:
+    """e4m3's 127 finite magnitudes by byte, ascending (float64, exact), made once per device."""
+    table = _MAGNITUDES.get(device)
+    if table is None:
+        values = [e4m3_magnitude(b) for b in range(NAN_BYTE)]
+        table = _MAGNITUDES[device] = torch.tensor(values, dtype=torch.float64).to(device)
+    return table
+
+
 def encode_e4m3(y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
-    """fp32 values -> e4m3fn bytes: RNE onto the e4m3 grid, then the recipe's overflow rule."""
+    """fp32 values -> e4m3fn bytes: RNE onto the e4m3 grid, then the recipe's overflow rule.
+
+    The byte of a magnitude on the grid is the one that decodes to it: its position in the table of
+    e4m3's magnitudes, which are ascending in their bytes.
+    """
     q = round_to_grid(y, E4M3)
-    negative, nan = torch.signbit(q), torch.isnan(q)
-    mag = q.abs()
+    nan, mag = torch.isnan(q), q.abs()
     overflow = mag > E4M3.max_finite  # includes ±inf
     # Saturate (cvt.rn.satfinite, torch >= 2.12's cast): past ±448 is ±448. The "nan" rule
-    # replaces these bytes below; NaN gets a placeholder magnitude so that frexp stays defined.
+    # replaces these bytes below; NaN gets a placeholder magnitude so that the lookup stays defined.
     mag = mag.clamp(max=E4M3.max_finite).masked_fill(nan, 0.0)
-
-    # Exact value -> fields. Normal: 2**(E-7) * (1 + M/8). Subnormal: M * 2**-9.
-    _, e = torch.frexp(mag)
-    normal = mag >= 2.0**E4M3.min_normal_exp
-    exp_field = torch.where(normal, e + 6, 0)  # floor(log2 mag) + bias 7
-    man_unit = torch.where(normal, _pow2(e - (1 + E4M3.mantissa_bits)), 2.0**-9)
-    man_field = (mag / man_unit).to(torch.int64) & 7  # mag / unit is 8 + M for a normal: drop its 1
-    byte = (exp_field << 3) | man_field
-
+    byte = torch.searchsorted(_magnitudes(q.device), mag)  # mag is exactly a table entry
     if recipe.overflow == "nan":  # c10's fp8e4m3fn_from_fp32_value: past the range is NaN, signed
         byte = byte.masked_fill(overflow, NAN_BYTE)
-    byte = byte | negative * 0x80  # the sign bit
+    byte = byte | torch.signbit(q) * 0x80  # the sign bit
     byte = byte.masked_fill(nan, NAN_BYTE)  # every recipe drops a NaN's sign
     return byte.to(torch.uint8)
 

@@ -7,6 +7,7 @@ import importlib
 import pkgutil
 
 import pytest
+import torch
 
 import kernel
 import tools
@@ -86,3 +87,27 @@ def test_throughput_examples_and_deprecated_n(monkeypatch):
     throughput.main(["--examples", "5", "--size", "small"])
     throughput.main(["-n", "6", "--size", "small"])
     assert seen == [5, 6]
+
+
+def test_throughput_profile_sums_check_cases_phases():
+    """tools.throughput --profile: torch.profiler's top ops, check_case's five phases (each with host
+    time), and cProfile's top functions, here over two Cases through the reference."""
+    import re
+
+    from conformance import harness
+    from conformance.impls import Implementation
+    from kernel import naive_fp8_set_kv_buffer
+    from strategies.build import Built
+    from strategies.case import Case
+    from tools import throughput
+
+    build, copy = harness.build, Built.copy
+    cases = [Case(num_tokens=t, num_heads=1, head_dim=8, page_size=4, num_pages=1, cache_loc=tuple(range(t)))
+             for t in (1, 3)]
+    text = throughput.profile_pass(cases, Implementation("reference", naive_fp8_set_kv_buffer, {}),
+                                   torch.device("cpu"))
+    phases = dict(re.findall(r"^\| (build|copy|reference|implementation|compare) \| (\d+) \|", text, re.M))
+    assert set(phases) == {"build", "copy", "reference", "implementation", "compare"}, text
+    assert all(int(us) > 0 for us in phases.values()), phases
+    assert harness.build is build and Built.copy is copy  # the labels are gone after the pass
+    assert "### torch.profiler" in text and "### cProfile" in text

@@ -227,28 +227,71 @@ def test_a_tiny_scale_case_is_told_apart_by_plain_values():
 
 def _divides_with_nan_overflow(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                                use_triton=True, *, recipe="unfused", checked=False):
-    """`k.div_(scale).to(float8_e4m3fn)` with a 1-element tensor scale on torch <= 2.11 (CUDA): an exact
-    division, rounded to the input dtype, NaN past the e4m3 range. No recipe of the table is this."""
+    """`k.div_(scale).to(float8_e4m3fn)` on torch <= 2.11 (CUDA): a 1-element tensor scale divides
+    exactly, a 0-d one is first rounded to the input dtype, the quotient is rounded to the input dtype,
+    and the cast gives NaN past the e4m3 range. No recipe of the table has that overflow rule."""
     from kernel import naive_fp8_set_kv_buffer
     from kernel.recipe import Recipe
-    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, checked=checked,
-                            recipe=Recipe("divide-nan", "divide", "fp32", "input", "nan", "this test"))
+
+    def recipe_of(scale):
+        rounded = isinstance(scale, torch.Tensor) and scale.dim() == 0
+        return Recipe("divide-nan", "divide", "input" if rounded else "fp32", "input", "nan", "this test")
+    # Each cache with its own scale's recipe: the other cache's writes go to a copy.
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache.clone(), cache_loc, k_scale, v_scale, page_size,
+                            checked=checked, recipe=recipe_of(k_scale))
+    naive_fp8_set_kv_buffer(k, v, k_cache.clone(), v_cache, cache_loc, k_scale, v_scale, page_size,
+                            checked=checked, recipe=recipe_of(v_scale))
 
 
-def test_values_no_recipe_explains_are_said_so():
-    """Under a scale of 2**-149 a zero input gives NaN when held to unfused-nan (0 * inf) and zero when
-    divided: that reads as an ignored scale, a swapped one, or a division. Plain values rule out each
-    (they overflow to NaN here), so the finding is values that no recipe explains, not "ignores a
-    scale" (the H200 report of examples/sglang_unfused.py, 2026-12-03-e)."""
+def test_an_arithmetic_is_told_by_its_finite_bytes():
+    """torch 2.11's division on CUDA has the arithmetic of unfused-tensor1 (a 1-element scale) or
+    unfused-tensor0d (a 0-d one) with NaN past the range. Held to unfused-nan, that overflow rule is
+    right, so the arithmetic is the defect, and the plain-value replay must not rule it out for its
+    NaN bytes (the H200 report of examples/sglang_unfused.py):
+    - a scale of 2**-149: zero gives 0 divided, NaN held to unfused-nan (0 * inf), which also reads as
+      an ignored, swapped or inverted scale; plain values overflow, so only the divisions remain;
+    - a 0-d scale of 1 + 2**-8, a bf16 tie that rounds to 1.0, beside a k_scale of 1.0: V reads as
+      written with K's scale too, but it is unfused-tensor0d's rounding of the scale."""
     from conformance.capabilities import probe_findings
     from conformance.impls import Implementation
     from strategies.case import Scale
 
     impl = Implementation("divides-with-nan-overflow", _divides_with_nan_overflow, {})
+    cpu = torch.device("cpu")
+    tiny = Case(num_tokens=2, num_heads=1, head_dim=8, page_size=1, num_pages=2, cache_loc=(1, 0),
+                v_scale=Scale("tensor1", 2.0**-149), recipe="unfused-nan")
+    [finding] = probe_findings(tiny, impl, cpu)[0]
+    assert finding.key == "rounding" and "rounding:unfused-tensor1" in finding.facts["explanations"], finding
+    assert not any(e.startswith("scale:") for e in finding.facts["explanations"]), finding
+    tie = Case(num_tokens=1, num_heads=1, head_dim=64, page_size=1, num_pages=1, cache_loc=(0,),
+               k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor0d", 1.00390625), recipe="unfused-nan")
+    [finding] = [f for f in probe_findings(tie, impl, cpu)[0] if f.facts.get("which") == "v_cache"]
+    assert "rounding:unfused-tensor0d" in finding.facts["explanations"], finding
+
+
+def _zero_or_one(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                 use_triton=True, *, recipe="unfused", checked=False):
+    """Writes a zero input as its signed zero byte (0x00, 0x80) and any other as 0x01: no recipe's arithmetic."""
+    loc = cache_loc.long()
+    for x, cache in ((k, k_cache), (v, v_cache)):
+        out = cache.view(torch.uint8).reshape(-1, *x.shape[1:])
+        out[loc] = torch.where(x == 0, torch.signbit(x).to(torch.uint8) * 0x80, 1).to(torch.uint8)
+
+
+def test_values_no_recipe_explains_are_said_so():
+    """Under a scale of 2**-149 every drawn input is zero, and zero reads as divided by the scale, as an
+    ignored scale, a swapped one or an inverted one. Plain values rule out each (0x01 is none of
+    them), so the finding is values that no recipe explains."""
+    from conformance.capabilities import probe_findings
+    from conformance.impls import Implementation
+    from strategies.case import Scale
+
+    impl = Implementation("zero-or-one", _zero_or_one, {})
     case = Case(num_tokens=2, num_heads=1, head_dim=8, page_size=1, num_pages=2, cache_loc=(1, 0),
                 v_scale=Scale("tensor1", 2.0**-149), recipe="unfused-nan")
-    [finding] = probe_findings(case, impl, torch.device("cpu"))[0]
-    assert finding.key == "wrong-bytes:values", finding
+    findings = probe_findings(case, impl, torch.device("cpu"))[0]
+    [finding] = [f for f in findings if f.facts.get("which") == "v_cache"]
+    assert finding.key == "wrong-bytes:values", findings
     assert {"scale:ignored", "rounding:divide"} <= set(finding.facts["ruled_out"]), finding.facts
 
 

@@ -8,22 +8,29 @@ Prints examples/s for both passes and the number of kernel variants compiled.
 
 `--profile` times a third pass under torch.profiler (host ops, and device kernels on CUDA) and
 cProfile, and prints where an example's time goes: the top ops by own host time, the device's busy
-time against the wall clock, and the top Python functions.
+time against the wall clock, check_case's phases (build, copy, reference, implementation, compare:
+host time, launches, copies and syncs of each), and the top Python functions.
 """
 
 from __future__ import annotations
 
 import io
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from hypothesis import HealthCheck, given, settings
+from torch.profiler import record_function
 
+from conformance import harness
 from conformance.harness import check_case
 from conformance.impls import Implementation, test_device
 from conformance.stats import compiled_variants
 from kernel import RECIPES, fused_fp8_set_kv_buffer
 from strategies import Case, cases
+from strategies.build import Built
 from tools._cli import ENCODERS, cprofile_markdown, parser
 
 
@@ -57,7 +64,7 @@ def profile_pass(drawn: list[Case], impl: Implementation, device: torch.device, 
     from torch.profiler import profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with torch_profile(activities=activities) as prof:
+    with torch_profile(activities=activities) as prof, phases_labelled():
         wall = run_pass(drawn, impl, device)
     n = len(drawn)
     events = prof.key_averages()
@@ -72,8 +79,57 @@ def profile_pass(drawn: list[Case], impl: Implementation, device: torch.device, 
     for e in host_ops[:top]:
         out.write(f"| {e.key} | {e.count / n:.1f} | {e.self_cpu_time_total / n:.1f} | "
                   f"{e.device_time_total / n:.1f} |\n")
+    out.write(phase_table(prof.events(), n))
     out.write(cprofile_markdown(f"cProfile, {n} examples", lambda: run_pass(drawn, impl, device), top))
     return out.getvalue()
+
+
+#: check_case's phases: the harness function or Built method each one is, and its profiler label
+PHASES = {"build": (harness, "build"), "copy": (Built, "copy"), "reference": (harness, "run_reference"),
+          "implementation": (harness, "run_impl"), "compare": (harness, "compare_caches")}
+
+
+def _labelled(fn: Callable, label: str) -> Callable:
+    def labelled(*args: object, **kwargs: object) -> object:
+        with record_function(label):
+            return fn(*args, **kwargs)
+    return labelled
+
+
+@contextmanager
+def phases_labelled() -> Iterator[None]:
+    """Label check_case's phases for torch.profiler, for the profiled pass only (a label costs
+    microseconds, so the suite's own check_case carries none)."""
+    saved = {phase: getattr(owner, name) for phase, (owner, name) in PHASES.items()}
+    try:
+        for phase, (owner, name) in PHASES.items():
+            setattr(owner, name, _labelled(saved[phase], f"check_case: {phase}"))
+        yield
+    finally:
+        for phase, (owner, name) in PHASES.items():
+            setattr(owner, name, saved[phase])
+
+
+def phase_table(events: list, n: int) -> str:
+    """check_case's phases (PHASES) per example: host time, kernel launches, copies, syncs."""
+    labels = [f"check_case: {phase}" for phase in PHASES]
+    host: dict[str, float] = dict.fromkeys(labels, 0.0)
+    counts: dict[str, Counter] = {label: Counter() for label in labels}
+    for e in events:
+        phase = e
+        while phase is not None and phase.name not in host:
+            phase = phase.cpu_parent
+        if phase is None:
+            continue
+        if e is phase:
+            host[phase.name] += e.cpu_time_total
+        for kind, prefixes in (("launches", ("cudaLaunchKernel", "cuLaunchKernel")),
+                               ("copies", ("cudaMemcpy",)), ("syncs", ("cudaStreamSynchronize",))):
+            counts[phase.name][kind] += e.name.startswith(prefixes)
+    rows = "".join(f"| {p.split(': ')[1]} | {host[p] / n:.0f} | {counts[p]['launches'] / n:.1f} | "
+                   f"{counts[p]['copies'] / n:.1f} | {counts[p]['syncs'] / n:.1f} |\n" for p in labels)
+    return (f"\n### check_case's phases, {n} examples (under torch.profiler)\n\n"
+            "| phase | host us an example | launches | copies | syncs |\n|---|---|---|---|---|\n" + rows)
 
 
 def main(argv: list[str] | None = None) -> int:
