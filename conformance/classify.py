@@ -247,7 +247,7 @@ def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
         if t in slot_of:
             said.append(predicted[t].flatten()[j])
             written.append(rows.row(rows.act, slot_of[t]).flatten()[j])
-    return not said or _alike_but_encoding(torch.stack(said), torch.stack(written))
+    return not said or _signs_only(torch.stack(said), torch.stack(written), overflow_rule=True)
 
 
 def explanation_title(key: str, which: str, held: str) -> str:
@@ -282,20 +282,16 @@ def _sign_pairs(e: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return ((e & 0x7F) == 0x7F) & ((a & 0x7F) == 0x7F), ((e & 0x7F) == 0) & ((a & 0x7F) == 0)
 
 
-def _signs_only(e: torch.Tensor, a: torch.Tensor) -> bool:
-    """Whether the bytes e and a differ only where both are NaN, or both are zero."""
+def _signs_only(e: torch.Tensor, a: torch.Tensor, overflow_rule: bool = False) -> bool:
+    """Whether the bytes e and a differ only where both are NaN, or both are zero (in sign); with
+    overflow_rule, also where ±448 stands against NaN past the range. Each is an encoding finding of
+    its own, never a rounding or scale one."""
     nan, zero = _sign_pairs(e, a)
-    return not bool(((e != a) & ~nan & ~zero).any())
-
-
-def _alike_but_encoding(e: torch.Tensor, a: torch.Tensor) -> bool:
-    """Whether the bytes e and a differ only in what the encoding findings report on their own: the
-    signs of NaN and zero, and ±448 against a NaN of the same sign past the range (the overflow rule)."""
-    nan, zero = _sign_pairs(e, a)
-    edge = ((e & 0x7F) >= 0x7E) & ((a & 0x7F) >= 0x7E)
-    same_sign = ((e ^ a) & 0x80) == 0
-    overflow = edge & (same_sign | ((e & 0x7F) == 0x7F) | ((a & 0x7F) == 0x7F))
-    return not bool(((e != a) & ~nan & ~zero & ~overflow).any())
+    alike = nan | zero
+    if overflow_rule:
+        edge = ((e & 0x7F) >= 0x7E) & ((a & 0x7F) >= 0x7E)  # ±448 or NaN on both sides
+        alike |= edge & ((((e ^ a) & 0x80) == 0) | ((e & 0x7F) == 0x7F) | ((a & 0x7F) == 0x7F))
+    return not bool(((e != a) & ~alike).any())
 
 
 def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:

@@ -194,15 +194,21 @@ def test_a_float_scale_is_its_fp32_rounding(value: float):
     assert got.view(torch.int32).item() == torch.tensor(value, dtype=torch.float32).view(torch.int32).item()
 
 
+def _each_cache_with(k_recipe, v_recipe, k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                     checked):
+    """The reference, K's cache under one recipe and V's under another (the other cache's writes go to a copy)."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache.clone(), cache_loc, k_scale, v_scale, page_size,
+                            recipe=k_recipe, checked=checked)
+    naive_fp8_set_kv_buffer(k, v, k_cache.clone(), v_cache, cache_loc, k_scale, v_scale, page_size,
+                            recipe=v_recipe, checked=checked)
+
+
 def _divides_by_tensor1(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                         use_triton=True, *, recipe="unfused", checked=False):
     """The reference, except that V, whose scale is a 1-element tensor here, is divided by it exactly
     (`divide`), as torch on CUDA divides by a tensor but multiplies by a float's reciprocal."""
-    from kernel import naive_fp8_set_kv_buffer
-    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache.clone(), cache_loc, k_scale, v_scale, page_size,
-                            recipe=recipe, checked=checked)
-    naive_fp8_set_kv_buffer(k, v, k_cache.clone(), v_cache, cache_loc, k_scale, v_scale, page_size,
-                            recipe="divide", checked=checked)
+    _each_cache_with(recipe, "divide", k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, checked)
 
 
 def test_a_tiny_scale_case_is_told_apart_by_plain_values():
@@ -230,17 +236,13 @@ def _divides_with_nan_overflow(k, v, k_cache, v_cache, cache_loc, k_scale=None, 
     """`k.div_(scale).to(float8_e4m3fn)` on torch <= 2.11 (CUDA): a 1-element tensor scale divides
     exactly, a 0-d one is first rounded to the input dtype, the quotient is rounded to the input dtype,
     and the cast gives NaN past the e4m3 range. No recipe of the table has that overflow rule."""
-    from kernel import naive_fp8_set_kv_buffer
     from kernel.recipe import Recipe
 
     def recipe_of(scale):
         rounded = isinstance(scale, torch.Tensor) and scale.dim() == 0
         return Recipe("divide-nan", "divide", "input" if rounded else "fp32", "input", "nan", "this test")
-    # Each cache with its own scale's recipe: the other cache's writes go to a copy.
-    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache.clone(), cache_loc, k_scale, v_scale, page_size,
-                            checked=checked, recipe=recipe_of(k_scale))
-    naive_fp8_set_kv_buffer(k, v, k_cache.clone(), v_cache, cache_loc, k_scale, v_scale, page_size,
-                            checked=checked, recipe=recipe_of(v_scale))
+    _each_cache_with(recipe_of(k_scale), recipe_of(v_scale), k, v, k_cache, v_cache, cache_loc, k_scale, v_scale,
+                     page_size, checked)
 
 
 def test_an_arithmetic_is_told_by_its_finite_bytes():

@@ -22,7 +22,8 @@ from contextlib import contextmanager
 
 import torch
 from hypothesis import HealthCheck, given, settings
-from torch.profiler import record_function
+from torch.profiler import ProfilerActivity, record_function
+from torch.profiler import profile as torch_profile
 
 from conformance import harness
 from conformance.harness import check_case
@@ -59,10 +60,8 @@ def run_pass(drawn: list[Case], impl: Implementation, device: torch.device) -> f
 
 
 def profile_pass(drawn: list[Case], impl: Implementation, device: torch.device, top: int = 20) -> str:
-    """Where a warm pass's time goes: torch.profiler's top ops and device time, then cProfile's top."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
+    """Where a warm pass's time goes: torch.profiler's top ops and device time, check_case's phases,
+    then cProfile's top."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch_profile(activities=activities) as prof, phases_labelled():
         wall = run_pass(drawn, impl, device)
