@@ -3,7 +3,8 @@
 A failure file holds everything a replay needs on another machine: the Case (every drawn
 parameter, the value seed, the overrides, the recipe), the implementation (its spec and fixed
 keyword arguments, e.g. the encoder), the test that failed, the environment it failed in (torch,
-triton, hypothesis, backend, GPU) and the report it printed. Only Hypothesis's final, shrunk
+triton, hypothesis, backend, GPU), the report it printed and, when the values were overwritten
+after `build` (the exhaustive property's every pattern), the fill that did it. Only Hypothesis's final, shrunk
 example is written, and the file name is stable for (test, implementation, Case), so a red run
 leaves one file per failing test.
 """
@@ -11,6 +12,7 @@ leaves one file per failing test.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import platform
@@ -27,6 +29,10 @@ from strategies.case import Case
 FAILURES_ENV = "KVFP8_FAILURES"
 DEFAULT_DIR = "failures"
 FORMAT = 2  # bump when a field changes meaning (2: seeded values by integer hashing, strategies.build)
+#: A failure file's optional "fill": how the values of the Case's built tensors were overwritten after
+#: `build`, by name -> "module:function" (Built -> Built, applied to the reference's and the
+#: implementation's builds alike). The exhaustive property's Case holds every pattern this way.
+FILLS = {"all-patterns": "conformance.test_exhaustive:fill_patterns"}
 
 
 def failures_dir() -> Path:
@@ -82,11 +88,25 @@ def replay_command(path: Path | str) -> str:
     return f"python -m tools.repro {path}"
 
 
-def save_failure(case: Case, impl: Implementation, report: str, final: bool = False) -> str:
+def fill_function(name: str | None):
+    """The function a failure file's "fill" names (FILLS), or None for the Case's own values."""
+    if not name:
+        return None
+    if name not in FILLS:
+        raise ValueError(f"unknown fill {name!r} (this version knows {', '.join(FILLS)}): its values cannot be "
+                         "rebuilt; replay it with the suite version that wrote it")
+    module, attr = FILLS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def save_failure(case: Case, impl: Implementation, report: str, final: bool = False, fill: str | None = None) -> str:
     """Write the failure file and return the lines to print: its path and the replay command.
 
+    `fill` (a FILLS name) says how the Case's values were overwritten after `build`.
     Returns '' for the intermediate examples Hypothesis tries while shrinking (unless `final`).
     """
+    if fill is not None and fill not in FILLS:
+        raise ValueError(f"unknown fill {fill!r}: add it to conformance.artifacts.FILLS")
     if not (final or _is_final_example()):
         return ""
     test = current_test()
@@ -101,6 +121,8 @@ def save_failure(case: Case, impl: Implementation, report: str, final: bool = Fa
         "environment": environment(),
         "report": report,
     }
+    if fill:
+        record["fill"] = fill
     path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     return f"failure case saved: {path}\nreplay: {replay_command(path)}   (or: make repro CASE={path})"
 

@@ -1,4 +1,4 @@
-"""The capability probes as pytest tests: one per probe row of conformance/capabilities.py.
+"""The capability probes as pytest tests: one per probe row of conformance/diagnosis/capabilities.py.
 
 Not collected by `make test` (the file name does not start with test_): `python -m tools.conformance`
 names it, so that the probes run in the same pytest run as the property families (the same
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from conformance.capabilities import PROBE_ROWS, InputClass, default_examples, probe
+from conformance.diagnosis.capabilities import PROBE_ROWS, InputClass, default_examples, probe
 
 
 @pytest.mark.parametrize("row", PROBE_ROWS, ids=[r.id for r in PROBE_ROWS])

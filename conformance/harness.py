@@ -13,6 +13,7 @@ import functools
 import os
 import re
 import sys
+import sysconfig
 import time
 import traceback
 
@@ -42,12 +43,14 @@ def _failure_kind(kind: str) -> type[ConformanceFailure]:
     return type(f"ConformanceFailure[{kind}]", (ConformanceFailure,), {})
 
 
-def fail(impl: Implementation, what: str, report: str, case: Case | None = None, kind: str = "bytes") -> None:
-    """Raise the failure report of `impl` (saving the Case as a failure file when given)."""
+def fail(impl: Implementation, what: str, report: str, case: Case | None = None, kind: str = "bytes",
+         fill: str | None = None) -> None:
+    """Raise the failure report of `impl` (saving the Case as a failure file when given; `fill` names
+    how its values were overwritten after `build`, conformance.artifacts.FILLS)."""
     __tracebackhide__ = True  # the report says what failed; the suite's own frame adds nothing
     if case is not None:
         from conformance.artifacts import save_failure
-        saved = save_failure(case, impl, report)
+        saved = save_failure(case, impl, report, fill=fill)
         report = f"{report}\n{saved}".rstrip()
     raise _failure_kind(kind)(f"{impl.name}: {what}\n{report}")
 
@@ -79,11 +82,11 @@ def cuda_context_lost(device: torch.device) -> bool:
         return True
 
 
-def _abandon(case: Case | None, impl: Implementation, error: str) -> None:
+def _abandon(case: Case | None, impl: Implementation, error: str, fill: str | None = None) -> None:
     """The implementation crashed the CUDA context: save the Case (when the call was one), then end this
     process's run (under pytest; a tool reports the error itself)."""
     from conformance.artifacts import save_failure
-    saved = save_failure(case, impl, error, final=True) if case is not None else ""
+    saved = save_failure(case, impl, error, final=True, fill=fill) if case is not None else ""
     message = f"{impl.name} crashed the CUDA context; no later test can run in this process.\n{error}\n{saved}"
     print(message, file=sys.stderr, flush=True)
     if RUNNER == "xdist-worker":
@@ -101,35 +104,70 @@ def abandon_if_context_lost(impl: Implementation, device: torch.device, during: 
         _abandon(None, impl, f"{impl.name} lost the CUDA context {during} (an illegal memory access, most likely)")
 
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: This repository's suite: an exception raised in here is the suite's, never the implementation's.
+SUITE_DIRS = tuple(os.path.join(_REPO, d) + os.sep for d in ("conformance", "strategies"))
+KERNEL_DIR = os.path.join(_REPO, "kernel") + os.sep  # the specification, and this repository's kernel
+_INSTALLED = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
+
+
+def raised_by_implementation(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside the implementation's own frames (its `assert`, say), by its traceback.
+
+    When the traceback passes through the convention's call of the implementation (conformance.conventions
+    `invoke`), it is the implementation's unless its innermost frame is this suite's (conformance/,
+    strategies/). Otherwise (a function called directly) it is the implementation's when the innermost
+    frame lies outside this repository's conformance/, strategies/ and kernel/ and outside installed
+    packages: in the implementation's own file.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    inner = os.path.realpath(frames[-1].filename)
+    if inner.startswith(SUITE_DIRS):
+        return False
+    conventions = os.path.join(_REPO, "conformance", "conventions.py")
+    if any(f.name == "invoke" and os.path.realpath(f.filename) == conventions for f in frames):
+        return True
+    return not inner.startswith((KERNEL_DIR, *_INSTALLED))
+
+
 def describe_error(impl: Implementation, exc: BaseException) -> str:
     return f"{impl.name} raised {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-3:])
 
 
-def execute(impl: Implementation, built: Built) -> None:
-    """Call impl on built's tensors and wait for the device: the one way every property calls it.
+def _call(impl: Implementation, built: Built, fill: str | None = None) -> str | None:
+    """Call impl on built's tensors and wait for the device; returns its error (describe_error) or None.
 
-    Its exceptions propagate, except a lost CUDA context, which ends this process's run (_abandon).
+    A lost CUDA context ends this process's run (_abandon), after saving the Case.
     """
     try:
         impl.run(built)
-    except Exception as exc:
+    except Exception as exc:  # the implementation's failure is this case's failure
         error = describe_error(impl, exc)
         if cuda_context_lost(built.k.device):
-            _abandon(built.case, impl, error)
-        from conformance.artifacts import save_failure
-        save_failure(built.case, impl, error)  # the shrunk example's, only
-        raise
+            _abandon(built.case, impl, error, fill)
+        return error
+    return None
+
+
+def execute(impl: Implementation, built: Built, fill: str | None = None) -> None:
+    """Call impl on built's tensors and wait for the device: the one way a property calls it when it
+    checks the bytes itself. An exception of the implementation (its own `assert` too) fails the Case
+    as "raises on a valid call", with its error and the Case saved, never as a bare exception that
+    would read as the suite's; a lost CUDA context ends this process's run (_abandon).
+    """
+    __tracebackhide__ = True
+    error = _call(impl, built, fill)
+    if error:
+        fail(impl, "raises on a valid call:", error, built.case, kind=_raised(error), fill=fill)
 
 
 def run_impl(case: Case, impl: Implementation, device: torch.device,
              built: Built | None = None) -> tuple[Built, str | None]:
     """Run impl on the Case's tensors (`built`, or a fresh build); returns them and the error, if any."""
     actual = built or build(case, device)
-    try:
-        execute(impl, actual)
-    except Exception as exc:  # the implementation's failure is this case's failure
-        return actual, describe_error(impl, exc)
-    return actual, None
+    return actual, _call(impl, actual)
 
 
 def _raised(error: str) -> str:

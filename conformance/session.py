@@ -3,7 +3,7 @@
 A pytest plugin (conftest.py loads it). `--impl` names an implementation to test instead of this
 repository's kernel; `--convention` overrides the convention its signature declares; `--recipe`
 holds it to one recipe, or `auto` (the default with --impl): identify the recipe first
-(conformance.identification), print it in the header, and hold the implementation to it, or to the
+(conformance.diagnosis.identification), print it in the header, and hold the implementation to it, or to the
 closest when none matches. An implementation told `recipe=` (kvfp8) is held to every recipe.
 
 The sweep runs once, in the xdist controller, and reaches the workers through `workerinput`.
@@ -52,7 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _hold(impl: Implementation, option: str | None) -> tuple[str | None, str]:
     """The recipe impl is held to, and how it was chosen."""
-    from conformance.identification import held_recipe, identify, sweep_points
+    from conformance.diagnosis.identification import held_recipe, identify, sweep_points
     if option and option != "auto":
         return option, "given with --recipe"
     if impl.convention.told_recipe:
@@ -165,8 +165,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("recipe", held_recipes(impls))
 
 
+def held_lines(impls: list[Implementation]) -> list[str]:
+    """What each implementation was held to, in one line each (the header says it too, but -q hides it)."""
+    return [f"kvfp8: held {i.name} to " + (f"recipe {i.recipe} ({i.recipe_note})" if i.recipe else i.recipe_note
+                                           if i.recipe_note.startswith("every recipe") else
+                                           f"every recipe ({i.recipe_note})") for i in impls]
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """List the failure files this run wrote (by xdist workers too), with the replay command."""
+    """Say which recipe each implementation was held to (visible under -q, unlike the header); list the
+    failure files this run wrote (by xdist workers too), with the replay command."""
+    for line in held_lines(getattr(config, "_kvfp8_impls", [])):
+        terminalreporter.write_line(line)
     folder = failures_dir()
     started = getattr(config, "_kvfp8_started", time.time())
     new = sorted(p for p in folder.glob("*.json") if p.stat().st_mtime >= started - 1) if folder.is_dir() else []

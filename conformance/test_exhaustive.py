@@ -6,15 +6,16 @@ How the tensors are made (and why not through Overrides): a Case fixes everythin
 overwrites the logical K with the 65,536 patterns in order and V with the same patterns permuted
 (index i holds pattern i * 40503 mod 2**16, a bijection), so each scale meets every pattern at a
 different (token, head, dim). 65,536 Overrides would say the same thing in a megabyte of JSON;
-the values are a pure function of the dtype, so the Case plus "all patterns" is the whole repro.
-Reference and implementation each get a fresh build of the same filled Case, and the caches are
-compared by conformance.bytediff, whose report names the token, head, dim and input value.
+the values are a pure function of the dtype, so the Case plus "all patterns" is the whole repro: a
+failure saves the Case with `"fill": "all-patterns"` (conformance.artifacts.FILLS), and `python -m
+tools.repro` fills it the same way. Reference and implementation each get a fresh build of the same
+filled Case, and the caches are compared by conformance.bytediff, whose report names the token, head,
+dim and input value.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from strategies.ties import scale_tie_recipes
 
 T, H, D, PAGE = 16, 16, 256, 16
 PERMUTE = 40503  # odd, so i -> i * PERMUTE mod 2**16 is a bijection
+FILL = "all-patterns"  # fill_patterns, as a failure file names it (conformance.artifacts.FILLS)
 CUDA = torch.cuda.is_available()
 
 # CPU CI: two calls per (dtype, recipe); k and v carry different scales (and scale kinds), so
@@ -88,12 +90,12 @@ def check_patterns(case: Case, impl: Implementation, device: torch.device) -> No
     expected = fill_patterns(build(case, device))
     run_reference(case, device, expected)
     actual = fill_patterns(build(case, device))
-    execute(impl, actual)
+    execute(impl, actual, fill=FILL)
     report = compare_caches(expected, actual)
-    if report:
+    if report:  # saves the Case (the classifier replays it) and prints the replay command
         fail(impl, f"differs from the reference over all {case.input_dtype} patterns (k in order, v permuted by "
                    f"{PERMUTE}), recipe {case.recipe}, k_scale {case.k_scale}, v_scale {case.v_scale}:",
-             f"{report}\ncase: {json.dumps(case.to_dict())}")  # the classifier replays this Case
+             report, case, fill=FILL)
 
 
 @pytest.mark.parametrize("scales", CPU_SCALES.values(), ids=CPU_SCALES.keys())

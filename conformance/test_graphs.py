@@ -26,7 +26,7 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
-from conformance.harness import fail, run_reference
+from conformance.harness import describe_error, execute, fail, run_reference
 from conformance.impls import Implementation
 from conformance.impls import test_device as _test_device  # not collected as a test
 from strategies import Case, Scale
@@ -61,13 +61,17 @@ def _call(impl: Implementation, built: Built) -> Callable[[], None]:
 def capture(impl: Implementation, calls: list[Callable[[], None]], case: Case) -> torch.cuda.CUDAGraph:
     """Warm up on a side stream, check one eager round for syncs, then capture every call in one graph.
 
-    Each step's failure is the implementation's, and is reported as such (`case` is the first call's).
+    Each step's failure is the implementation's, and is reported as such (`case` is the first call's):
+    an exception of an eager call (its own `assert` too) is "raises on a valid call", as everywhere.
     """
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for call in calls:
-            call()  # compiles the kernel, outside the capture
+        try:
+            for call in calls:
+                call()  # compiles the kernel, outside the capture
+        except Exception as exc:
+            fail(impl, "raises on a valid call:", describe_error(impl, exc), case, kind=type(exc).__name__)
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -76,6 +80,8 @@ def capture(impl: Implementation, calls: list[Callable[[], None]], case: Case) -
         except RuntimeError as exc:
             fail(impl, "synchronizes with the host during the call, so it cannot be captured in a CUDA graph:",
                  f"{type(exc).__name__}: {exc}", case)
+        except Exception as exc:  # not the sync check's error: the eager call itself raised
+            fail(impl, "raises on a valid call:", describe_error(impl, exc), case, kind=type(exc).__name__)
         finally:
             torch.cuda.set_sync_debug_mode(previous)
     torch.cuda.current_stream().wait_stream(side)
@@ -152,12 +158,11 @@ def test_capture_and_replay(data, scale_kind, impl, device):
 def test_replay_new_contents(data, scale_kind, impl, device):
     """Rewrite k, v, cache_loc, the scale tensors and the caches in place; replay; the new bytes follow."""
     case = data.draw(graph_cases(impl, scale_kind), label="case")
+    rounds = [(data.draw(new_contents(case), label=f"contents_{r}"), data.draw(st.integers(1, 4), label=f"replays_{r}"))
+              for r in range(data.draw(st.integers(1, 3), label="rounds"))]  # all drawn first (module docstring)
     built, graph, pristine = captured(impl, case, device)
-    rounds = data.draw(st.integers(1, 3), label="rounds")
-    for r in range(rounds):
-        new = data.draw(new_contents(case), label=f"contents_{r}")
+    for r, (new, replays) in enumerate(rounds):
         current = load(built, new)
-        replays = data.draw(st.integers(1, 4), label=f"replays_{r}")
         note(f"round {r}: seed={new.seed} cache_loc={new.cache_loc} scales={new.k_scale}, {new.v_scale}; "
              f"{replays} replays")
         for _ in range(replays):  # replaying on the same contents is idempotent
@@ -187,7 +192,7 @@ def test_float_scale_is_captured(data, impl, device):
     built, graph, pristine = captured(impl, case, device)
 
     eager = _with_scales(build(case, device), ks, vs)
-    impl.run(eager)  # same impl, same kind of call, another float, after the capture
+    execute(impl, eager)  # same impl, same kind of call, another float, after the capture
     report = compare_caches(ref_other, eager)
     if report:
         fail(impl, f"eager call with scale x{factor} after the capture:", report, eager.case)
@@ -202,6 +207,7 @@ def test_float_scale_is_captured(data, impl, device):
 def test_several_calls_in_one_graph(data, impl, device):
     """Several layers' writes (each its own shapes and caches) captured in one graph."""
     layers = data.draw(st.lists(graph_cases(impl), min_size=2, max_size=4), label="layers")
+    contents = [data.draw(new_contents(case), label=f"layer_{i}_contents") for i, case in enumerate(layers)]
     builts = [build(case, device) for case in layers]
     pristine = [b.snapshot() for b in builts]
     graph = capture(impl, [_call(impl, b) for b in builts], layers[0])
@@ -210,8 +216,7 @@ def test_several_calls_in_one_graph(data, impl, device):
     graph.replay()
     for i, (b, p) in enumerate(zip(builts, pristine)):
         check_replay(impl, b, p, device, f"layer {i} of {len(layers)} in one graph")
-    news = [load(b, data.draw(new_contents(case), label=f"layer_{i}_contents"))
-            for i, (b, case) in enumerate(zip(builts, layers))]
+    news = [load(b, new) for b, new in zip(builts, contents)]
     graph.replay()
     for i, cur in enumerate(news):
         check_replay(impl, cur, build(cur.case, device).buffers, device, f"layer {i} after new contents")
@@ -223,22 +228,23 @@ def test_graphs_coexist_with_eager_calls(data, impl, device):
     """Two graphs of different shapes, replayed in turn, with eager calls on other buffers between."""
     first = data.draw(graph_cases(impl), label="first")
     second = data.draw(graph_cases(impl), label="second")
+    eager_case = data.draw(impl.cases(size="large", checked=False), label="eager_case")
+    first_contents = data.draw(new_contents(first), label="first_contents")
     built_a, graph_a, pristine_a = captured(impl, first, device)
     built_b, graph_b, pristine_b = captured(impl, second, device)
 
-    eager_case = data.draw(impl.cases(size="large", checked=False), label="eager_case")
     eager = build(eager_case, device)
     graph_b.replay()
-    impl.invoke(eager.call())
+    execute(impl, eager)
     graph_a.replay()
     check_replay(impl, eager, build(eager_case, device).buffers, device, "eager call between replays")
     check_replay(impl, built_a, pristine_a, device, "first graph, replayed after the second")
     check_replay(impl, built_b, pristine_b, device, "second graph")
 
-    new_a = load(built_a, data.draw(new_contents(first), label="first_contents"))
+    new_a = load(built_a, first_contents)
     again = build(eager_case, device)
     graph_a.replay()
-    impl.invoke(again.call())
+    execute(impl, again)
     graph_b.replay()  # the second graph rewrites the same bytes it wrote before
     check_replay(impl, new_a, build(new_a.case, device).buffers, device, "first graph, new contents")
     check_replay(impl, built_b, pristine_b, device, "second graph, replayed twice")

@@ -27,7 +27,7 @@ from strategies.case import Case
 from strategies.overlap import Sharing, build_shared, owner_of, sharings
 
 FIRST_N = 8
-#: The report's last line when the Case alone passes (conformance/classify.py keys the finding on it).
+#: The report's last line when the Case alone passes (conformance/diagnosis/classify.py keys the finding on it).
 SPECIFIC = "the same Case in separate buffers passes: the failure is specific to the shared memory"
 
 

@@ -37,11 +37,14 @@ def _moved(layout: Layout, data: st.DataObject, name: str) -> Layout:
 @given(data=st.data())
 def test_second_call_of_a_layout(data, impl, device, recipe):
     case = data.draw(impl.cases(recipes=(recipe,), size="small", allow_out_of_range=True), label="case")
-    check_case(case, impl, device)
+    # Both calls are drawn before either runs: draws made after a call would depend on how it went, and
+    # a stateful implementation (what this property looks for) makes that differ between runs of one
+    # example, which Hypothesis reports as FlakyStrategyDefinition instead of the failure.
     second = case.replace(
         seed=data.draw(st.integers(0, 2**32 - 1).filter(lambda s: s != case.seed), label="second_seed"),
         cache_loc=tuple(data.draw(st.permutations(case.cache_loc), label="second_cache_loc")),
         k_scale=_next_scale(case.k_scale, data, "k_scale"),
         v_scale=_next_scale(case.v_scale, data, "v_scale"),
         k_layout=_moved(case.k_layout, data, "k"), v_layout=_moved(case.v_layout, data, "v"))
+    check_case(case, impl, device)
     check_case(second, impl, device)

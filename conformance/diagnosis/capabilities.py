@@ -4,7 +4,7 @@ A probe row is a plain Case (contiguous [T, H, D] input, 4-D fp8 cache, int64 ca
 powers of two, no padding, no special values, the convention's usual scale kind) changed in one
 way: the input class. `probe` draws a few of them with Hypothesis (derandomized, so a report is
 reproducible), runs each through the reference and the implementation, classifies any difference
-(conformance.classify) and raises one exception type per kind of defect, so that Hypothesis shrinks
+(conformance.diagnosis.classify) and raises one exception type per kind of defect, so that Hypothesis shrinks
 each distinct defect to its own smallest Case (report_multiple_bugs). The pytest test that runs the
 probes is conformance/capability_probes.py; `make test` does not collect it (tools.conformance names it).
 
@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance.classify import SAVED, Finding, case_size, classify_result, excerpt_of, narrow, run_case
+from conformance.diagnosis.classify import SAVED, Finding, case_size, classify_result, excerpt_of, narrow, run_case
 from conformance.impls import Implementation, Inexpressible
 from strategies._cache import sampled
 from strategies.case import SCALE_KINDS, Case, Override, Scale

@@ -3,7 +3,7 @@
 A failing Case is replayed (reference and implementation on fresh builds of the same bytes) and its
 diff read slot by slot, then byte by byte; a failure without a Case (an argument check, a graph
 capture) is read from the ConformanceFailure message. Each result is a `Finding`; findings with
-the same `key` are one defect, however many tests found it (conformance.report groups them).
+the same `key` are one defect, however many tests found it (conformance.diagnosis.report groups them).
 
 Classes (the key starts with the class):
 - rounding: the written bytes are another recipe's (key `rounding:<recipe>`, chosen by the report
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from conformance.cachemap import CACHES, byte_index, guard_mask, written_mask
-from conformance.harness import run_impl, run_reference
+from conformance.harness import raised_by_implementation, run_impl, run_reference
 from conformance.impls import Implementation
 from kernel import RECIPES
 from kernel.plan import ScaleArg
@@ -51,12 +51,19 @@ CELLS = {
     "wrong-slot": "wrong bytes", "wrong-bytes": "wrong bytes", "outside": "writes outside",
     "input-modified": "writes outside", "raises": "raises", "crash": "crashes", "graph": "raises",
     "validation": "does not validate", "unclassified": "wrong bytes",
+    "flush-to-zero": "wrong bytes", "rounds-toward-zero": "wrong bytes", "approximate-division": "wrong bytes",
+    "off-by-one-ulp": "wrong bytes", "storage": "wrong bytes", "strides": "wrong bytes", "padding": "writes outside",
+    "out-of-range": "writes outside", "big-cache": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
     "scale": "wrong scale", "wrong-slot": "wrong slot", "outside": "writes outside", "input-modified":
     "input modified", "raises": "raises on valid input", "crash": "crash", "graph": "CUDA graph",
     "validation": "does not validate an argument", "wrong-bytes": "wrong bytes", "unclassified": "unclassified",
+    "flush-to-zero": "flush to zero", "rounds-toward-zero": "rounding toward zero",
+    "approximate-division": "not correctly rounded", "off-by-one-ulp": "not correctly rounded",
+    "storage": "storage type", "strides": "strides", "padding": "padding slots", "out-of-range": "out-of-range slots",
+    "big-cache": "caches above 2**31 bytes",
 }
 NAN_BYTES = (0x7F, 0xFF)
 EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes
@@ -546,16 +553,30 @@ def _graph(what: str, message: str) -> Finding:
 
 
 def _exhaustive_case(params: dict[str, Any], impl: Implementation, message: str = ""):
-    """The exhaustive property's Case (and its pattern fill): the one its report names, else the one
-    the test's parameters make (the tests that loop over scales have no scale parameter)."""
+    """The exhaustive property's Case (and its pattern fill): the one its report saved (or, in older
+    reports, printed as "case: {json}"), else the one the test's parameters make (the tests that loop
+    over scales have no scale parameter)."""
     from conformance import test_exhaustive as ex
-    named = case_in(message)
+    saved = SAVED.search(message)
+    named = case_in(message) or (_load(saved.group(1)) if saved else None)
     if named is not None:
         return named, ex.fill_patterns
     scales = params.get("scales")
     if not isinstance(scales, tuple) or len(scales) != 2 or "dtype" not in params or "recipe" not in params:
         return None, None
     return impl.fit(ex.pattern_case(params["dtype"], *scales, params["recipe"])), ex.fill_patterns
+
+
+def _bigcache_case(test: str, params: dict[str, Any], impl: Implementation | None) -> Case | None:
+    """The Case a big-cache test ran, from its parameters (those tests save none: 4 buffers of 2 GiB)."""
+    from conformance import test_bigcache as big
+    if impl is None:
+        return None
+    if test == "test_cache_past_2_31_bytes" and {"cache_dtype", "loc_dtype"} <= set(params):
+        return impl.fit(big._big_case(params["cache_dtype"], params["loc_dtype"], 4, "unfused"))
+    if test == "test_flat_cache_past_2_31_bytes":
+        return impl.fit(big._big_case("float8_e4m3fn", "int32", 3, "single"))
+    return None
 
 
 def _load(path: str) -> Case | None:
@@ -594,6 +615,8 @@ def _with_case(findings: list[Finding], path: str | None, case: Case | None, rep
     for f in findings:
         if f.case_file is None and path and case is not None:
             f.case_file, f.case_size = path, case_size(case)
+        elif f.facts.get("minimal") and f.case_file:
+            continue  # a diagnosed defect's own minimal variant: its file replays it
         f.replayable = f.replayable and replayable
     return findings
 
@@ -605,7 +628,13 @@ def classify_failure(exc: BaseException, test: str, module: str, params: dict[st
     excerpt = excerpt_of(message)
     attached = getattr(exc, "kvfp8_findings", None)
     if attached is not None:
-        return [Finding.from_dict(f) if isinstance(f, dict) else f for f in attached]
+        found = [Finding.from_dict(f) if isinstance(f, dict) else f for f in attached]
+        path = next((f.case_file for f in found if f.case_file), None)
+        case = _load(path) if path else None
+        diagnosed = diagnosed_findings(case, impl, device) if case is not None else []
+        for f in diagnosed:
+            f.excerpt = f.excerpt or excerpt
+        return diagnosed or found
     findings = _classify(exc, message, test, module, params, impl, device)
     for f in findings:
         f.excerpt = f.excerpt or excerpt
@@ -623,13 +652,22 @@ def case_in(message: str) -> Case | None:
         return None
 
 
+def diagnosed_findings(case: Case, impl: Implementation | None, device: torch.device | None,
+                       fill=None) -> list[Finding]:
+    """The Case's defects by experiment (conformance.diagnosis.diagnose); [] when it passes on replay."""
+    if impl is None or device is None:
+        return []
+    from conformance.diagnosis.diagnose import Diagnoser
+    return Diagnoser(impl, device, fill).diagnose(case)
+
+
 def _eager_findings(message: str, impl: Implementation | None, device: torch.device | None) -> list[Finding]:
     """The eager call's defects on the Case a graph report names ("case: {json}"), if any."""
     case = case_in(message)
     if impl is None or device is None or case is None:
         return []
     try:
-        found = classify_case(case, impl, device)
+        found = diagnosed_findings(case, impl, device)
     except Exception:  # the replay itself failed: classify by the text
         return []
     for f in found:
@@ -649,7 +687,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                         replayable=False)]
     if module == "test_errors":
         mutation = params.get("mutation", "?")
-        if not conformance:
+        if not conformance and kind == "Failed" and message.startswith("Timeout"):  # pytest-timeout, one process
+            how, title = "crash", f"{mutation}: hangs on an invalid call ({normalize(message, 80)})"
+        elif not conformance:
             how, title = "other-exception", f"{mutation}: raises {kind} ({normalize(message, 80)})"
         elif "does not validate" in what:
             how, title = "accepted", f"{mutation}: {what.split(':', 1)[0]}"
@@ -659,7 +699,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
             how, title = "writes", f"{mutation}: {what.rstrip(':')}"
         else:
             how, title = "wrong-error", f"{mutation}: {what.rstrip(':')}"
-        return [Finding("validation", f"validation:{how}", title, replayable=False, facts={"mutation": mutation})]
+        cell = "crashes" if how == "crash" else ""
+        return [Finding("validation", f"validation:{how}", title, cell=cell, replayable=False,
+                        facts={"mutation": mutation})]
     if module == "test_overlap" and conformance and "specific to the shared memory" in message:
         # The saved Case rebuilds separate buffers, where the implementation passes: the sharing is the defect
         # (a Case that fails on its own too goes the usual way below, replayed and classified by its bytes).
@@ -672,11 +714,16 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return [Finding("unclassified", "unclassified:suite", f"a suite bug, not this implementation's: "
                         f"{normalize(what, 160)}", replayable=False)]
     if not conformance:
-        if isinstance(exc, AssertionError):
+        if isinstance(exc, AssertionError) and not raised_by_implementation(exc):
             return [Finding("unclassified", "unclassified:assertion", f"a suite assertion failed: {normalize(message)}",
                             replayable=False)]
         return [Finding("raises", f"raises:{kind}: {normalize(message)}", f"raises {kind}: {normalize(message)}",
                         replayable=False, facts={"exception": kind})]
+    if "raises on a valid call" in what and module in ("test_graphs", "test_bigcache"):
+        # An eager call raised (a graph's warm-up or an eager call between replays; a big cache): its error.
+        m = SAVED.search(message)
+        return _with_case([raised(message.split("\n", 1)[-1])], m.group(1) if m else None,
+                          _load(m.group(1)) if m else None, replayable=module == "test_graphs")
     if module == "test_graphs":
         eager = _eager_findings(message, impl, device)  # a replay wrong the way an eager call is: not the graph
         return eager or [_graph(what, message)]
@@ -684,18 +731,32 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         name = what.split("modified its input ", 1)[1].split(" ", 1)[0]
         m = SAVED.search(message)
         case = _load(m.group(1)) if m else None
+        found = diagnosed_findings(case, impl, device) if case is not None else []
+        if any(f.cls == "input-modified" for f in found):
+            return found
         return _with_case([Finding("input-modified", f"input-modified:{name}", f"modifies its input {name}",
                                    replayable=False)], m.group(1) if m else None, case, replayable=False)
     if impl is None or device is None:
         return _lines_fallback(message) or [Finding("unclassified", "unclassified:no-impl", normalize(what))]
     if module == "test_exhaustive":
         case, fill = _exhaustive_case(params, impl, message)
-        findings = classify_case(case, impl, device, fill) if case is not None else []
-        for f in findings:
-            f.replayable = False
-            f.case_size = case_size(case)
-        return findings or _lines_fallback(message) or [Finding("wrong-bytes", "wrong-bytes:values", normalize(what))]
+        findings = diagnosed_findings(case, impl, device, fill) if case is not None else []
+        findings = findings or _lines_fallback(message) or [Finding("wrong-bytes", "wrong-bytes:values",
+                                                                    normalize(what))]
+        m = SAVED.search(message)  # its failure file names the fill, so tools.repro replays it
+        for f in _with_case(findings, m.group(1) if m else None, case, replayable=m is not None):
+            f.case_size = f.case_size or (case_size(case) if case is not None else None)
+        return findings
     if module == "test_bigcache":
+        big = _bigcache_case(test, params, impl)
+        if big is not None:
+            from conformance.diagnosis.diagnose import Diagnoser
+            what = "inputs above 2**31 elements" if test == "test_input_rows_past_2_31_elements" else \
+                "caches above 2**31 bytes"
+            found = Diagnoser(impl, device).big(big, what)
+            for f in found:
+                f.replayable = False
+            return found
         found = _lines_fallback(message)
         cell = "writes outside" if any(f.cls == "outside" for f in found) else "wrong bytes"
         return [Finding("wrong-slot", "wrong-slot:past-2^31", "wrong bytes or slots on caches above 2**31 bytes "
@@ -708,18 +769,18 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
     path = m.group(1)
     if module == "test_equivalence":
         for variant in _equivalence_variants(test, case):
-            found = classify_case(variant, impl, device)
+            found = diagnosed_findings(variant, impl, device)
             if found:
                 return _with_case(found, path, case, replayable=variant == case)
         return _with_case([Finding("wrong-bytes", "wrong-bytes:inconsistent", f"{what.rstrip(':')} (each side "
                                    "alone matches the reference)")], path, case, replayable=False)
     if test == "test_duplicate_slots_hold_one_tokens_bytes":
-        found = classify_case(unique_slots(case), impl, device)
+        found = diagnosed_findings(unique_slots(case), impl, device)
         if found:
             return _with_case(found, path, case, replayable=False)
         return _with_case([Finding("wrong-slot", "wrong-slot:shared", "a slot named by several tokens holds a byte "
                                    "none of them writes")], path, case, replayable=False)
-    found = classify_case(case, impl, device)
+    found = diagnosed_findings(case, impl, device)
     if found:
         return _with_case(found, path, case)
     return _with_case(_lines_fallback(message) or [Finding("unclassified", "unclassified:no-repro",

@@ -1,4 +1,4 @@
-"""The conformance report: a run's records (conformance.recorder) -> capability table and defects,
+"""The conformance report: a run's records (conformance.diagnosis.recorder) -> capability table and defects,
 as JSON (the schema is in docs/conformance.md) and as markdown; and the diff of two reports.
 
 A defect is one `Finding.key`, however many tests found it. Rounding findings list every recipe
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.capabilities import PROBE_TEST, InputClass
-from conformance.classify import CLASS_TITLES, Finding
+from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
+from conformance.diagnosis.classify import CLASS_TITLES, Finding
 from kernel import RECIPES
 
 SCHEMA = "kvfp8-conformance-report/1"
@@ -33,6 +33,7 @@ GROUP_TITLES = {
     "validation:unnamed": "rejects an invalid argument without naming it",
     "validation:writes": "writes the cache before rejecting an invalid argument",
     "validation:wrong-error": "rejects an invalid argument with another error type or message than the contract's",
+    "validation:crash": "crashes or hangs on an invalid argument (the process died, or the call never returned)",
     "scale:ignored": "ignores a scale: writes a cache as if its scale were None",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
@@ -62,7 +63,7 @@ class Node:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The record file's lines; a test reported without parameters (its worker crashed) gets them
     from the collected tests' parameters (recorder.params_file), so its capability row shows the crash."""
-    from conformance.recorder import params_file
+    from conformance.diagnosis.recorder import params_file
     if not path.exists():
         return []
     records = []
@@ -95,7 +96,7 @@ def nodes_from(records: Iterable[dict[str, Any]], failures: Path | None = None) 
             if text and not r.get("leaves"):
                 node.text = text
                 node.findings.append(_unread(node, text, failures))
-                if node.findings[-1].cls == "crash":
+                if node.findings[-1].cell == "crashes":
                     node.outcome = "crashed"
     return nodes
 
@@ -103,7 +104,15 @@ def nodes_from(records: Iterable[dict[str, Any]], failures: Path | None = None) 
 def _unread(node: Node, text: str, failures: Path | None) -> Finding:
     """A failure that reached the controller as text only: a crashed worker, or an error in a hook."""
     tail = "\n".join(text.strip().splitlines()[-14:])
-    if "crashed while running" in text or "node down" in text.lower():
+    crashed = "crashed while running" in text or "node down" in text.lower()
+    if crashed and node.module == "test_errors":
+        # An invalid call that kills the process (or hangs until pytest-timeout kills it): the argument
+        # contract's finding, naming the mutation (from the collected parameters), not a crash on valid input.
+        mutation = node.params.get("mutation", "?")
+        return Finding("validation", "validation:crash", f"{mutation}: an invalid call crashes or hangs the process "
+                       "(an xdist worker died)", cell="crashes", replayable=False, excerpt=tail,
+                       facts={"mutation": mutation})
+    if crashed:
         finding = Finding("crash", "crash", "crashes the process (an xdist worker died: an illegal memory access "
                                             "loses the CUDA context, or a segfault)", excerpt=tail)
         for path in sorted(failures.glob("*.json")) if failures and failures.is_dir() else []:
@@ -126,12 +135,22 @@ def _first(text: str) -> str:
     return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:160]
 
 
+def class_of(key: str) -> str:
+    """A key's class: 'rounding' of 'rounding:divide', 'flush-to-zero' of 'flush-to-zero@plain'."""
+    return key.split("@", 1)[0].split(":", 1)[0]
+
+
+def trigger_of(key: str) -> str:
+    """A diagnosed key's trigger ('' for a key without one)."""
+    return key.split("@", 1)[1] if "@" in key else ""
+
+
 def _greedy(todo: list[Finding], assigned: Counter) -> None:
     while todo:
         counts = Counter(e for f in todo for e in f.facts["explanations"])
         best = max(counts, key=lambda e: (counts[e], -PREFERENCE.index(e) if e in PREFERENCE else -99))
         for f in [f for f in todo if best in f.facts["explanations"]]:
-            f.key, f.cls = best, best.split(":", 1)[0]
+            f.key, f.cls = best, class_of(best)
             assigned[best] += 1
             todo.remove(f)
 
@@ -146,7 +165,7 @@ def _cover(findings: list[Finding]) -> None:
     defect; the recipes that no Case of the run told apart are named in the defect's detail.
     """
     todo = [f for f in findings if f.facts.get("explanations")]
-    pure = [f for f in todo if len({e.split(":", 1)[0] for e in f.facts["explanations"]}) == 1]
+    pure = [f for f in todo if len({class_of(e) for e in f.facts["explanations"]}) == 1]
     mixed = [f for f in todo if f not in pure]
     assigned: Counter = Counter()
     _greedy(pure, assigned)
@@ -155,7 +174,7 @@ def _cover(findings: list[Finding]) -> None:
         known = [e for e in f.facts["explanations"] if assigned[e]]
         if known:
             best = max(known, key=lambda e: (assigned[e], -PREFERENCE.index(e) if e in PREFERENCE else -99))
-            f.key, f.cls = best, best.split(":", 1)[0]
+            f.key, f.cls = best, class_of(best)
         else:
             rest.append(f)
     _greedy(rest, assigned)
@@ -198,13 +217,17 @@ class Defect:
     excerpt: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "key": self.key, "class": self.cls, "class_title": CLASS_TITLES[self.cls],
+        return {"id": self.id, "key": self.key, "effect": self.key.split("@", 1)[0], "trigger": trigger_of(self.key),
+                "class": self.cls, "class_title": CLASS_TITLES.get(self.cls, self.cls),
                 "title": self.title, "detail": self.detail, "cell": self.cell, "tests": self.tests,
                 "count": len(self.tests), "case": self.case, "case_size": self.case_size, "replay": self.replay,
                 "excerpt": self.excerpt}
 
 
 def _title(key: str, group: list[Finding]) -> str:
+    if "@" in key:  # diagnosed: the finding says effect and trigger in words
+        own = [f for f in group if f.key == key and not f.facts.get("symptom_of")] or group
+        return Counter(f.title for f in own).most_common(1)[0][0]
     if key.startswith("rounding:"):
         asked = sorted({f.facts.get("held") for f in group if f.facts.get("held")}, key=list(RECIPES).index)
         return f"computes {key.split(':', 1)[1]} where {', '.join(asked) or 'another recipe'} is asked"
@@ -223,8 +246,10 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     for n in nodes.values():
         for f in n.findings:
             groups.setdefault(f.key, []).append((n.nodeid, f))
-    order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(k.split(":", 1)[0])
-                                           if k.split(":", 1)[0] in CLASS_TITLES else 99, k))
+    _merge_narrower(groups)
+    _merge_raises(groups)
+    order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
+                                           else 99, k))
     defects = []
     for i, key in enumerate(order, 1):
         pairs = groups[key]
@@ -237,7 +262,13 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
         alike = _indistinguishable(key, group)
         if alike:
             detail += ("; " if detail else "") + "no case of the run tells it from " + ", ".join(alike)
-        d = Defect(f"D{i}", key, group[0].cls, _title(key, group), cell, tests, group, detail)
+        also = sorted({f.facts["symptom"] for f in group if f.facts.get("symptom")})
+        if also:
+            detail += ("; " if detail else "") + "also shows as: " + "; ".join(also)
+        effect_detail = next((f.facts["detail"] for f in group if f.facts.get("detail")), "")
+        if effect_detail:
+            detail += ("; " if detail else "") + effect_detail
+        d = Defect(f"D{i}", key, class_of(key), _title(key, group), cell, tests, group, detail)
         owner = {id(f): t for t, f in pairs}
         with_case = [f for f in group if f.case_file and Path(f.case_file).is_file()]
         best = min(with_case, key=lambda f: (not f.replayable, f.case_size or 0, f.case_file)) if with_case else None
@@ -253,6 +284,36 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
             d.replay = pytest_command(owner[id(best if best is not None else group[0])], replay_base)
         defects.append(d)
     return defects
+
+
+def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+    """One effect under two triggers, one inside the other (E@uint8 and E@uint8+int32): one defect, under
+    the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
+    symptom, not from the cause."""
+    def trig(key: str) -> frozenset[str]:
+        return frozenset(t for t in trigger_of(key).split("+") if t and t != "plain")
+    for key in sorted(groups, key=lambda k: -len(trig(k))):
+        effect = key.split("@", 1)[0]
+        narrower = [k for k in groups if k != key and "@" in k and "@" in key and k.split("@", 1)[0] == effect
+                    and trig(k) < trig(key)]
+        if narrower:
+            host = min(narrower, key=lambda k: len(trig(k)))
+            for nodeid, f in groups.pop(key):
+                f.key = host
+                groups[host].append((nodeid, f))
+
+
+def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+    """One cause, one defect: a raise (or a crash) whose trigger is another defect's (an IndexError on
+    some padding values, wrong bytes on the others) is a symptom of that defect, listed under it."""
+    for key in [k for k in groups if class_of(k) in ("raises", "crash") and trigger_of(k) not in ("", "plain")]:
+        hosts = [k for k in groups if k != key and trigger_of(k) == trigger_of(key)
+                 and class_of(k) not in ("raises", "crash", "validation")]
+        if len(hosts) == 1:
+            for nodeid, f in groups.pop(key):
+                f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f.title}
+                f.key = hosts[0]
+                groups[hosts[0]].append((nodeid, f))
 
 
 def pytest_command(nodeid: str, base: dict[str, str]) -> str:

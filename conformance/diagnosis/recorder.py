@@ -1,8 +1,8 @@
 """The pytest plugin behind tools.conformance: every test's outcome and its failures, classified.
 
-Loaded with `-p conformance.recorder --kvfp8-record FILE`. In the process that runs a test (an
+Loaded with `-p conformance.diagnosis.recorder --kvfp8-record FILE`. In the process that runs a test (an
 xdist worker, or the lone process) each failing test's exception is split into its leaves (one per
-distinct bug Hypothesis reports) and each leaf is classified there (conformance.classify replays
+distinct bug Hypothesis reports) and each leaf is classified there (conformance.diagnosis.classify replays
 its Case with the test's own implementation and device), so that a crash while replaying takes
 down one worker, not the run. The result travels in the report's user_properties; the controller
 appends one JSON line per test phase to FILE as it arrives, so a run cut short keeps what finished.
@@ -78,7 +78,7 @@ def leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _classified(item: pytest.Item, exc: BaseException) -> list[dict[str, Any]]:
-    from conformance.classify import Finding, classify_failure
+    from conformance.diagnosis.classify import Finding, classify_failure
     module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
     test = getattr(item, "originalname", None) or item.name
     callspec = getattr(item, "callspec", None)

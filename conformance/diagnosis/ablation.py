@@ -1,0 +1,292 @@
+"""Ablations: pure functions Case -> Case that move one input dimension back to the plain call.
+
+A failure's trigger is found by experiment (conformance.diagnosis.diagnose): each ablation is applied
+in turn to the failing Case and kept when the failure survives it, which leaves a minimal failing
+variant; the trigger is then the set of dimensions whose ablation of that variant makes the failure
+vanish. Every ablation keeps everything else of the Case, so a variant replays bit for bit like any
+Case.
+
+The plain call is the capability table's baseline: contiguous [T, H, D] bf16 input, a contiguous 4-D
+fp8 cache, int64 cache_loc, H and D powers of two, page size 16, no padding, no out-of-range or shared
+slots, both scales 1.0 of the convention's usual kind, ordinary values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from strategies.build import _hash32_int
+from strategies.case import Case, Layout, Override, Scale
+from strategies.fp import FORMATS, from_bits, round_to, to_bits
+
+#: Values an ordinary input takes when the Case's own values are ablated: e4m3 numbers at scale 1,
+#: far from its subnormals, its overflow and its rounding ties, so no recipe, encoder or rounding
+#: rule tells them apart.
+ORDINARY = (1.0, -2.5, 0.375, 96.0, -0.03125, 3.0, -40.0, 0.5625)
+PLAIN_PAGE = 16
+BIG_CACHE_BYTES = 2**31
+#: Ablations that may rebuild the values of every input (not with a fill: the exhaustive patterns).
+MAX_ORDINARY = 1 << 14
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One input dimension: its trigger name, the words a report uses, and the move to the plain call.
+
+    `variants(case, plain_kind)` yields the Case with this dimension (or one half of it, K or V)
+    moved to the plain call; nothing when the Case is plain there already. `value`: a dimension of
+    the values (not of shape, layout or types), which a value effect (flush to zero, NaN sign) always
+    needs; it is said in the report's words but is not part of a value defect's identity.
+    `keeps_shape`: the ablation keeps T, H, D and the values' positions (usable with a pattern fill).
+    """
+
+    name: str
+    words: str
+    variants: Callable[[Case, str], Iterator[Case]]
+    value: bool = False
+    keeps_shape: bool = True
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def _reshaped(case: Case, heads: int, dim: int) -> Case:
+    """The Case with H and D cut to (heads, dim); overrides keep their (token, head, dim) place."""
+    kept = []
+    for o in case.overrides:
+        t, rest = divmod(o.index, case.num_heads * case.head_dim)
+        h, d = divmod(rest, case.head_dim)
+        if h < heads and d < dim:
+            kept.append(Override(o.tensor, (t * heads + h) * dim + d, o.bits, o.label))
+    return case.replace(num_heads=heads, head_dim=dim, overrides=tuple(kept))
+
+
+def _still_out(s: int, old: int, new: int) -> int:
+    """Slot s of a cache of `old` slots, in one of `new`: out of range by as much (or more, where that
+    would not fit its dtype), in range unchanged."""
+    return s if s < old or s >= new else new + (s - old)
+
+
+def _with_slots(case: Case, locs: list[int], page_size: int | None = None) -> Case:
+    """The Case with these slots, enough pages for the in-range ones (keeping the old cache size), and
+    every out-of-range slot still out of range by the same amount."""
+    page = page_size or case.page_size
+    old = case.num_slots
+    needed = max([s + 1 for s in locs if 0 <= s < old] + [old if page == case.page_size else 1, 1])
+    pages = -(-needed // page)
+    new = pages * page
+    remapped = tuple(_still_out(s, old, new) for s in locs)
+    return case.replace(cache_loc=remapped, page_size=page, num_pages=pages)
+
+
+def _fresh(case: Case, pick: Callable[[int], bool]) -> Case | None:
+    """The Case with each slot that `pick` picks moved to a free in-range slot of its own (pages are
+    added when none is left); other out-of-range slots stay out of range by the same amount."""
+    picked = sum(pick(s) for s in case.cache_loc)
+    if not picked:
+        return None
+    old = case.num_slots
+    used = {s for s in case.cache_loc if 0 <= s < old and not pick(s)}
+    free = (s for s in range(old + picked) if s not in used)
+    slots = [next(free) for _ in range(picked)]
+    pages = max(case.num_pages, -(-(max(slots) + 1) // case.page_size))
+    new = pages * case.page_size
+    order = iter(slots)
+    locs = tuple(next(order) if pick(s) else _still_out(s, old, new) for s in case.cache_loc)
+    return case.replace(cache_loc=locs, num_pages=pages)
+
+
+def _convert_overrides(case: Case, dtype: str) -> tuple[Override, ...]:
+    out = []
+    for o in case.overrides:
+        value = from_bits(o.bits, case.input_dtype)
+        out.append(Override(o.tensor, o.index, to_bits(round_to(value, FORMATS[dtype]), dtype), o.label))
+    return tuple(out)
+
+
+def cache_bytes(case: Case) -> int:
+    return case.num_slots * case.num_heads * case.head_dim
+
+
+# -- the ablations ----------------------------------------------------------------------------------
+
+def _big_cache(case: Case, plain: str) -> Iterator[Case]:
+    if cache_bytes(case) >= BIG_CACHE_BYTES:
+        distinct = sorted({s for s in case.cache_loc if 0 <= s < case.num_slots})
+        rank = {s: i for i, s in enumerate(distinct)}
+        pages = max(-(-len(distinct) // case.page_size), 1)
+        locs = tuple(rank.get(s, s if s < 0 else pages * case.page_size + 1) for s in case.cache_loc)
+        yield case.replace(cache_loc=locs, num_pages=pages)
+
+
+def _empty(case: Case, plain: str) -> Iterator[Case]:
+    if case.num_tokens == 0:
+        yield case.replace(num_tokens=1, cache_loc=(0,), num_pages=max(case.num_pages, 1), overrides=())
+
+
+def _ordinary_values(case: Case, plain: str) -> Iterator[Case]:
+    n = case.num_tokens * case.num_heads * case.head_dim
+    if n == 0 or n > MAX_ORDINARY or any(o.label == "ordinary" for o in case.overrides):
+        return
+    fmt = FORMATS[case.input_dtype]
+    bits = [to_bits(round_to(x, fmt), case.input_dtype) for x in ORDINARY]
+    taken = {(o.tensor, o.index) for o in case.overrides}
+    # Picked by a hash of the position, so that no two tokens' rows are alike by construction.
+    extra = tuple(Override(t, i, bits[_hash32_int(2 * i + (t == "v")) % len(bits)], "ordinary")
+                  for t in ("k", "v") for i in range(n) if (t, i) not in taken)
+    # Scales go to 1.0 with the values: ordinary values are e4m3 numbers only at scale 1.
+    scales = {w: Scale(s.kind, 1.0) for w, s in (("k_scale", case.k_scale), ("v_scale", case.v_scale))
+              if s.value != 1.0}
+    yield case.replace(overrides=extra + case.overrides, **scales)
+
+
+def _special_values(case: Case, plain: str) -> Iterator[Case]:
+    if any(o.label != "ordinary" for o in case.overrides):
+        yield case.replace(overrides=tuple(o for o in case.overrides if o.label == "ordinary"))
+
+
+def _scales_differ(case: Case, plain: str) -> Iterator[Case]:
+    if case.v_scale != case.k_scale:
+        yield case.replace(v_scale=case.k_scale)
+
+
+def _scale_value(case: Case, plain: str) -> Iterator[Case]:
+    for which in ("k_scale", "v_scale"):
+        s = getattr(case, which)
+        if s.kind != "none" and s.value != 1.0:
+            yield case.replace(**{which: Scale(s.kind, 1.0)})
+
+
+def _scale_kind(kind: str) -> Callable[[Case, str], Iterator[Case]]:
+    def variants(case: Case, plain: str) -> Iterator[Case]:
+        if kind == plain:
+            return
+        for which in ("k_scale", "v_scale"):
+            s = getattr(case, which)
+            if s.kind == kind:
+                yield case.replace(**{which: Scale(plain, 1.0 if plain == "none" else s.value)})
+    return variants
+
+
+def _layouts_differ(case: Case, plain: str) -> Iterator[Case]:
+    if case.v_cache_layout != case.k_cache_layout:
+        yield case.replace(v_cache_layout=case.k_cache_layout)
+
+
+def _contiguous(names: tuple[str, ...], rank: int) -> Callable[[Case, str], Iterator[Case]]:
+    def variants(case: Case, plain: str) -> Iterator[Case]:
+        for name in names:
+            if getattr(case, name) != Layout.contiguous(rank):
+                yield case.replace(**{name: Layout.contiguous(rank)})
+    return variants
+
+
+def _loc_stride(case: Case, plain: str) -> Iterator[Case]:
+    if case.loc_step != 1:
+        yield case.replace(loc_step=1)
+
+
+def _set(attr: str, current: object, plain: object) -> Callable[[Case, str], Iterator[Case]]:
+    def variants(case: Case, kind: str) -> Iterator[Case]:
+        if getattr(case, attr) == current:
+            yield case.replace(**{attr: plain})
+    return variants
+
+
+def _input_dtype(dtype: str) -> Callable[[Case, str], Iterator[Case]]:
+    def variants(case: Case, plain: str) -> Iterator[Case]:
+        if case.input_dtype == dtype:
+            yield case.replace(input_dtype="bfloat16", overrides=_convert_overrides(case, "bfloat16"))
+    return variants
+
+
+def _heads(case: Case, plain: str) -> Iterator[Case]:
+    if case.num_heads != _pow2_floor(case.num_heads):
+        yield _reshaped(case, _pow2_floor(case.num_heads), case.head_dim)
+
+
+def _dim(case: Case, plain: str) -> Iterator[Case]:
+    if case.head_dim != _pow2_floor(case.head_dim):
+        yield _reshaped(case, case.num_heads, _pow2_floor(case.head_dim))
+
+
+def _page_size(case: Case, plain: str) -> Iterator[Case]:
+    if case.page_size != PLAIN_PAGE and case.cache_rank == 4:
+        yield _with_slots(case, list(case.cache_loc), PLAIN_PAGE)
+
+
+def _padding(case: Case, plain: str) -> Iterator[Case]:
+    variant = _fresh(case, lambda s: s < 0)
+    if variant is not None:
+        yield variant
+
+
+def _out_of_range(case: Case, plain: str) -> Iterator[Case]:
+    n = case.num_slots
+    variant = _fresh(case, lambda s: s >= n)
+    if variant is not None:
+        yield variant
+
+
+def _duplicates(case: Case, plain: str) -> Iterator[Case]:
+    seen: set[int] = set()
+    if any(s in seen or seen.add(s) for s in case.cache_loc if 0 <= s < case.num_slots):
+        from conformance.diagnosis.classify import unique_slots
+        yield unique_slots(case)
+
+
+def _tokens(case: Case, plain: str) -> Iterator[Case]:
+    """One token alone (each of the first four in turn), with the overrides of that token."""
+    if case.num_tokens < 2:
+        return
+    per = case.num_heads * case.head_dim
+    for t in range(min(case.num_tokens, 4)):
+        overrides = tuple(Override(o.tensor, o.index - t * per, o.bits, o.label) for o in case.overrides
+                          if t * per <= o.index < (t + 1) * per)
+        yield case.replace(num_tokens=1, cache_loc=(case.cache_loc[t],), overrides=overrides)
+
+
+#: In the order they are tried: the values first (so that a structural defect's minimal variant holds
+#: ordinary values, which no value defect touches), then shape and layout, then types and slots.
+ABLATIONS: tuple[Ablation, ...] = (
+    Ablation("big-cache", "only on caches above 2**31 bytes", _big_cache, keeps_shape=False),
+    Ablation("empty-batch", "only for an empty batch (T = 0)", _empty, keeps_shape=False),
+    Ablation("many-tokens", "only with more than one token", _tokens, keeps_shape=False),
+    Ablation("special-values", "only with special input values (±0, ±inf, NaN, ties, past the range)",
+             _special_values, value=True, keeps_shape=False),
+    Ablation("values", "only for some input values", _ordinary_values, value=True, keeps_shape=False),
+    Ablation("scales-differ", "only when k_scale and v_scale differ", _scales_differ),
+    Ablation("scale-value", "only for a scale other than 1.0", _scale_value, value=True),
+    *(Ablation(f"scale-kind:{kind}", f"only for a scale given as {words}", _scale_kind(kind))
+      for kind, words in (("none", "None"), ("float", "a Python float"), ("tensor0d", "a 0-d tensor"),
+                          ("tensor1", "a 1-element tensor"))),
+    Ablation("cache-layouts-differ", "only when V's cache layout differs from K's", _layouts_differ),
+    Ablation("strided-cache", "only for a strided or padded cache", _contiguous(("k_cache_layout", "v_cache_layout"),
+                                                                                4)),
+    Ablation("strided-input", "only for strided inputs", _contiguous(("k_layout", "v_layout"), 3)),
+    Ablation("strided-loc", "only for a strided cache_loc", _loc_stride),
+    Ablation("cache-uint8", "only for a uint8 cache", _set("cache_dtype", "uint8", "float8_e4m3fn")),
+    Ablation("cache-3d", "only for a 3-D cache [slots, H, D]", _set("cache_rank", 3, 4)),
+    Ablation("input-2d", "only for a 2-D input [T, H*D]", _set("input_rank", 2, 3)),
+    Ablation("input-float16", "only for float16 input", _input_dtype("float16")),
+    Ablation("input-float32", "only for float32 input", _input_dtype("float32")),
+    Ablation("loc-int32", "only for an int32 cache_loc", _set("loc_dtype", "int32", "int64")),
+    Ablation("heads-not-pow2", "only when H is not a power of two", _heads, keeps_shape=False),
+    Ablation("dim-not-pow2", "only when D is not a power of two", _dim, keeps_shape=False),
+    Ablation("page-size", "only for some page sizes", _page_size),
+    Ablation("padding", "only with padding (negative cache_loc entries)", _padding),
+    Ablation("out-of-range", "only with out-of-range slots (cache_loc >= number of slots)", _out_of_range),
+    Ablation("duplicate-slots", "only when several tokens name one slot", _duplicates),
+)
+BY_NAME = {a.name: a for a in ABLATIONS}
+
+
+def words(trigger: list[str]) -> str:
+    """The trigger in words: 'only for a uint8 cache and only ...', or 'on the plain call'."""
+    if not trigger:
+        return "on the plain call"
+    return "; ".join(BY_NAME[t].words if t in BY_NAME else t for t in trigger)

@@ -1,0 +1,230 @@
+"""Diagnosis by experiment: a failing Case -> its defects, each keyed by what it does and what triggers it.
+
+For each kind of symptom the failing Case shows (it raises, its values are wrong, bytes land in the
+wrong place, a NaN or zero sign, an overflow rule, an input modified), the Case is ablated one
+dimension at a time toward the plain call (conformance.diagnosis.ablation), keeping each ablation
+that the symptom survives. What is left is a minimal failing variant; its trigger is the set of
+dimensions whose ablation makes the symptom vanish. The effect is read from that variant's whole diff
+(conformance.diagnosis.effects). The defect's key is `effect@trigger`: symptoms of one cause (a wrong
+slot and the slot it left unwritten, wrong values and rows that look like another token's) reach the
+same key, and two causes with one symptom (a CompilationError for H and another for D) do not.
+
+Replays are cached by Case, and only failing Cases of a run are diagnosed (a few dozen).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from conformance.diagnosis.ablation import ABLATIONS, BIG_CACHE_BYTES, BY_NAME, Ablation, cache_bytes, words
+from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
+from conformance.diagnosis.effects import TITLES, Effect, explain
+from conformance.impls import Implementation
+from strategies.build import Built, build
+from strategies.case import Case
+
+
+@dataclass
+class Replay:
+    """One call of a Case: the implementation's error, its symptoms, and the buffers to read effects from."""
+
+    error: str | None
+    symptoms: set[str]
+    report: str | None
+    expected: Built
+    actual: Built
+    before: dict[str, torch.Tensor]
+
+
+def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
+    """The kinds of symptom of one call: 'raises:<Type>', 'input-modified:<name>', 'placement', 'values',
+    'nan-sign', 'zero-sign' or 'overflow'."""
+    if error:
+        m = re.search(r" raised (\w+(?:\.\w+)*):", error.split("\n", 1)[0])
+        return {f"raises:{m.group(1) if m else 'Exception'}"}
+    kinds = set()
+    for f in findings:
+        if f.cls == "input-modified":
+            kinds.add(f.key)
+        elif f.cls in ("wrong-slot", "outside"):
+            kinds.add("placement")
+        elif f.key == "encoding:nan-sign":
+            kinds.add("nan-sign")
+        elif f.cls == "zero-sign":
+            kinds.add("zero-sign")
+        elif f.cls == "encoding":
+            kinds.add("overflow")
+        else:
+            kinds.add("values")
+    return kinds
+
+
+def plain_kind(impl: Implementation) -> str:
+    """The scale kind of the plain call: a 1-element tensor where the convention takes one."""
+    return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in impl.convention.scale_kinds)
+
+
+class Diagnoser:
+    """Replays Cases of one implementation on one device (cached), and diagnoses failing ones."""
+
+    def __init__(self, impl: Implementation, device: torch.device, fill: Callable[[Built], Built] | None = None):
+        self.impl, self.device, self.fill = impl, device, fill
+        self.plain = plain_kind(impl)
+        self._cache: dict[str, Replay | None] = {}
+
+    def replay(self, case: Case) -> Replay | None:
+        """The call's outcome; None when the convention cannot express it or the reference refuses it."""
+        key = json.dumps(case.to_dict(), sort_keys=True)
+        if key not in self._cache:
+            self._cache[key] = self._run(case)
+        return self._cache[key]
+
+    def _run(self, case: Case) -> Replay | None:
+        if self.impl.convention.why_not(case):
+            return None
+        try:
+            expected, actual, error, before, report = run_case(case, self.impl, self.device, self.fill)
+        except Exception:  # the reference refused the variant (the suite's own limit): not evidence
+            return None
+        found = [] if error else classify_result(case, expected, actual, None, before)
+        return Replay(error, symptoms(error, found), report, expected, actual, before)
+
+    def fails(self, case: Case, symptom: str) -> bool | None:
+        """Whether the Case shows this symptom; None when it cannot be run."""
+        r = self.replay(case)
+        return None if r is None else symptom in r.symptoms
+
+    def _ablations(self) -> list[Ablation]:
+        return [a for a in ABLATIONS if a.keeps_shape or self.fill is None]
+
+    def minimize(self, case: Case, symptom: str) -> tuple[Case, list[str]]:
+        """The minimal variant that still shows the symptom, and the trigger: the dimensions whose
+        ablation of that variant makes it vanish."""
+        current = case
+        for ablation in self._ablations():
+            for variant in ablation.variants(current, self.plain):
+                if self.fails(variant, symptom):
+                    current = variant
+                    break
+        trigger = []
+        for ablation in self._ablations():
+            results = [self.fails(v, symptom) for v in ablation.variants(current, self.plain)]
+            ran = [r for r in results if r is not None]
+            if ran and not any(ran):
+                trigger.append(ablation.name)
+        if "many-tokens" in trigger and len(trigger) > 1:  # a consequence of the other trigger, not a cause
+            trigger.remove("many-tokens")
+        if "cache-layouts-differ" in trigger and "strided-cache" in trigger:  # layouts differ: one is strided
+            trigger.remove("strided-cache")
+        return current, trigger
+
+    def effects(self, case: Case, symptom: str) -> list[Effect]:
+        r = self.replay(case)
+        if r is None:
+            return []
+        if symptom.startswith("raises:"):
+            etype = symptom.split(":", 1)[1]
+            head = r.error.split("\n", 1)[0] if r.error else ""
+            message = head.split(f"raised {etype}: ", 1)[-1]
+            return [Effect(symptom, f"raises {etype}", normalize(message, 200))]
+        if symptom.startswith("input-modified:"):
+            name = symptom.split(":", 1)[1]
+            return [Effect(symptom, f"modifies its input {name}")]
+        fresh = lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)
+        return explain(case, r.expected, r.actual, r.before, fresh)
+
+    def diagnose(self, case: Case) -> list[Finding]:
+        """The Case's defects, one Finding per (effect, trigger); [] when the Case passes on replay."""
+        if cache_bytes(case) >= BIG_CACHE_BYTES:  # never replayed whole here: 4 buffers of 2 GiB
+            return self.big(case)
+        first = self.replay(case)
+        if first is None or (not first.symptoms and first.error is None and _same(first)):
+            return []
+        findings: dict[str, Finding] = {}
+        for symptom in sorted(first.symptoms) or ["values"]:
+            minimal, trigger = self.minimize(case, symptom)
+            for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
+                f = finding(effect, trigger, minimal, case.recipe)
+                findings.setdefault(f.key, f)
+        kept = narrowest(list(findings.values()))
+        for f in kept:
+            self._save(f)
+        return kept
+
+    def _save(self, f: Finding) -> None:
+        """Save the minimal variant as a failure file, so the report's replay command rebuilds it."""
+        if self.fill is not None:
+            return
+        from conformance.artifacts import save_failure
+        minimal = Case.from_dict(f.facts["minimal"])
+        r = self.replay(minimal)
+        saved = save_failure(minimal, self.impl, (r.error or r.report or f.title) if r else f.title, final=True)
+        m = re.search(r"failure case saved: (\S+)", saved)
+        if m:
+            f.case_file = m.group(1)
+
+    def big(self, case: Case, what: str = "caches above 2**31 bytes") -> list[Finding]:
+        """A failure on a huge call: a defect of its own only if the same call made small passes."""
+        small = next(BY_NAME["big-cache"].variants(case, self.plain), case)
+        found = self.diagnose(small) if cache_bytes(small) < BIG_CACHE_BYTES else []
+        if found:
+            return found
+        effect = Effect("big-cache:wrong-offsets", f"writes wrong bytes or slots on {what}, and not on the same "
+                        "call made small (offsets computed in 32 bits?)")
+        return [finding(effect, ["big-cache"], case, case.recipe)]
+
+
+def narrowest(findings: list[Finding]) -> list[Finding]:
+    """Of findings with one effect, those whose trigger holds no other's: a symptom that one ablation
+    happens to hide (a sign pair gone with the values that made it) adds dimensions, not a cause."""
+    def parts(f: Finding) -> tuple[str, frozenset[str]]:
+        effect, _, trigger = f.key.partition("@")
+        return effect, frozenset(t for t in trigger.split("+") if t and t != "plain")
+    kept = []
+    for f in findings:
+        effect, trig = parts(f)
+        if not any(parts(g)[0] == effect and parts(g)[1] < trig for g in findings):
+            kept.append(f)
+    return kept
+
+
+def _same(r: Replay) -> bool:
+    return all(torch.equal(r.expected.buffers[w].cpu(), r.actual.buffers[w].cpu()) for w in ("k_cache", "v_cache"))
+
+
+#: The capability cell of an effect class.
+EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding": "writes outside",
+                "out-of-range": "writes outside", "wrong-slot": "writes outside", "strides": "wrong bytes",
+                "big-cache": "wrong bytes"}
+
+
+def effect_class(key: str) -> str:
+    return key.split("@", 1)[0].split(":", 1)[0]
+
+
+def identity(effect: Effect, trigger: list[str]) -> str:
+    """effect@trigger: a value effect's identity, and its title, leave out the value dimensions (a flush
+    to zero always needs subnormal results; which Case had them is not a cause)."""
+    kept = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
+    return f"{effect.key}@{'+'.join(sorted(kept)) or 'plain'}"
+
+
+def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
+    if "scales-differ" in trigger and "scale:swapped" in effect.alternatives:
+        # "ignored" and "swapped" read alike when the other scale is 1.0; that the scales must differ says which
+        others = [effect.key] + [a for a in effect.alternatives if a != "scale:swapped"]
+        effect = Effect("scale:swapped", TITLES["scale:swapped"], effect.detail, effect.value, others)
+    key = identity(effect, trigger)
+    cls = effect_class(key)
+    named = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
+    title = f"{effect.title}, {words(named)}" if named or not effect.value else effect.title
+    alternatives = [identity(Effect(a, "", value=effect.value), trigger) for a in effect.alternatives]
+    return Finding(cls, key, title, cell=EFFECT_CELLS.get(cls, "wrong bytes"), case_size=case_size(minimal),
+                   facts={"effect": effect.key, "trigger": trigger, "detail": effect.detail, "held": held,
+                          "explanations": [key, *alternatives] if alternatives else [],
+                          "minimal": minimal.to_dict()})

@@ -1,0 +1,379 @@
+"""Effects: what a defect does, read from a whole diff. An explanation counts only when it accounts
+for every differing byte of the call.
+
+Two kinds of explanation are tried on a replayed Case (reference and implementation on the same bytes):
+- placement models: the reference itself, called with one argument misread the way real kernels
+  misread it (inputs or cache_loc read as contiguous, one cache written with the other's strides,
+  padding or out-of-range slots written somewhere). One explains the call when the reference's
+  bytes under it equal the implementation's over both whole cache buffers.
+- value models: each written byte as a function of its own token's input (another recipe, another
+  scale, subnormal results flushed to zero, rounding toward zero, a value cast into a uint8 cache,
+  a NaN or zero sign, one ulp off). One explains the call when the bytes of every written slot equal
+  it and nothing else differs.
+When none does, the effect is "unexplained", with a summary of the byte pairs: no guess.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from conformance.cachemap import CACHES, written_mask
+from conformance.diagnosis.classify import _Rows, _scale_variant_values, _sign_pairs
+from kernel import RECIPES, naive_fp8_set_kv_buffer
+from kernel.plan import ScaleArg
+from kernel.recipe import get_recipe
+from kernel.reference import _magnitudes, encode_e4m3, scaled
+from strategies.build import Built
+from strategies.case import Case
+
+
+@dataclass
+class Effect:
+    """One explanation of a whole diff: its key (the defect's identity with the trigger), its words."""
+
+    key: str
+    title: str
+    detail: str = ""
+    value: bool = False  # a value effect: a function of each token's own input
+    alternatives: list[str] = field(default_factory=list)  # other keys that explain the same bytes
+
+
+TITLES = {
+    "flush-to-zero": "flushes e4m3 subnormal results to zero",
+    "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
+    "approximate-division": "is not correctly rounded: within one fp32 ulp of the recipe's value before the "
+                            "e4m3 cast (an approximate division or reciprocal)",
+    "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
+    "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
+    "scale:ignored": "ignores a scale (writes a cache as if its scale were 1.0)",
+    "scale:swapped": "writes a cache with the other cache's scale",
+    "scale:inverted": "multiplies by the scale instead of dividing by it",
+    "strides:inputs-ignored": "reads its inputs ignoring their strides (as if contiguous)",
+    "strides:inputs-heads-ignored": "reads each token's heads and dims ignoring their strides",
+    "strides:cache-loc-ignored": "reads cache_loc ignoring its stride (as if contiguous)",
+    "strides:other-cache": "writes one cache with the other cache's strides",
+    "strides:cache-ignored": "writes a cache ignoring its strides (as if contiguous)",
+    "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
+                            "(floor division wraps -1 to the last slot)",
+    "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
+    "out-of-range:written": "writes tokens whose slot is out of range instead of skipping them",
+    "encoding:nan-sign": "keeps the sign of a negative NaN (0xFF where every recipe writes 0x7F)",
+    "encoding:saturates": "saturates to ±448 where the recipe gives NaN",
+    "encoding:nan-past-448": "gives NaN past ±448 where the recipe saturates",
+    "encoding:nan-produced": "writes NaN where the recipe gives a finite byte",
+    "encoding:nan-lost": "writes a finite byte where the recipe gives NaN",
+    "zero-sign:plus": "writes +0 (0x00) for -0 (drops the sign of zero)",
+    "zero-sign:minus": "writes -0 (0x80) for +0",
+    "wrong-slot:unwritten": "leaves slots that tokens name unwritten",
+    "wrong-bytes:unexplained": "writes wrong bytes that no recipe, scale, rounding or encoding rule explains",
+    "wrong-slot:unexplained": "writes bytes in the wrong places, in a way no misread argument explains",
+}
+
+
+def title_of(key: str, held: str = "") -> str:
+    effect = key.split("@", 1)[0]
+    if effect.startswith("rounding:"):
+        return f"computes {effect.split(':', 1)[1]}" + (f" where {held} is asked" if held else "")
+    if effect.startswith("encoding:") and "+" in effect:
+        return "; ".join(TITLES.get("encoding:" + part, part) for part in effect.split(":", 1)[1].split("+"))
+    return TITLES.get(effect, effect)
+
+
+# -- placement models: the reference with one argument misread -------------------------------------
+
+def _contiguous_strides(shape: torch.Size, keep_first: int | None = None) -> tuple[int, ...]:
+    strides, running = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        strides[i] = running
+        running *= shape[i]
+    if keep_first is not None:
+        strides[0] = keep_first
+    return tuple(strides)
+
+
+def _restrided(t: torch.Tensor, buf: torch.Tensor, strides: tuple[int, ...], offset: int) -> torch.Tensor | None:
+    """buf (viewed as t's dtype) read with t's shape and these strides, or None when that leaves buf."""
+    typed = buf if buf.dtype == t.dtype else buf.view(t.dtype)
+    last = offset + sum((n - 1) * s for n, s in zip(t.shape, strides) if n > 0)
+    if offset < 0 or last >= typed.numel():
+        return None
+    return typed.as_strided(t.shape, strides, offset)
+
+
+def _inputs(names: tuple[str, ...], heads_only: bool) -> Callable[[Built], dict | None]:
+    def call(b: Built) -> dict | None:
+        out = b.call()
+        for name in names:
+            t = getattr(b, name)
+            keep = t.stride(0) if heads_only else None
+            strides = _contiguous_strides(t.shape, keep)
+            if strides == tuple(t.stride()):
+                return None
+            out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset())
+            if out[name] is None:
+                return None
+        return out
+    return call
+
+
+def _loc_contiguous(b: Built) -> dict | None:
+    if b.case.loc_step == 1 or b.case.num_tokens == 0:
+        return None
+    return {**b.call(), "cache_loc": b.buffers["cache_loc"][:b.case.num_tokens]}
+
+
+def _other_cache(target: str) -> Callable[[Built], dict | None]:
+    source = "k_cache" if target == "v_cache" else "v_cache"
+
+    def call(b: Built) -> dict | None:
+        t, s = getattr(b, target), getattr(b, source)
+        if (t.stride(), t.storage_offset()) == (s.stride(), s.storage_offset()):
+            return None
+        view = _restrided(t, b.buffers[target], tuple(s.stride()), s.storage_offset())
+        return None if view is None else {**b.call(), target: view}
+    return call
+
+
+def _cache_contiguous(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
+    def call(b: Built) -> dict | None:
+        out = b.call()
+        for name in names:
+            t = getattr(b, name)
+            strides = _contiguous_strides(t.shape)
+            if strides == tuple(t.stride()):
+                return None
+            out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset())
+            if out[name] is None:
+                return None
+        return out
+    return call
+
+
+def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built], dict | None]:
+    def call(b: Built) -> dict | None:
+        loc = b.cache_loc
+        new = rule(loc.to(torch.int64), b.case.num_slots).to(loc.dtype)
+        return None if torch.equal(new, loc) else {**b.call(), "cache_loc": new}
+    return call
+
+
+def _wrap_negative(loc: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.where((loc < 0) & (loc >= -n), loc + n, loc)
+
+
+PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
+    ("strides:inputs-ignored", "both inputs", _inputs(("k", "v"), False)),
+    ("strides:inputs-ignored", "k", _inputs(("k",), False)),
+    ("strides:inputs-ignored", "v", _inputs(("v",), False)),
+    ("strides:inputs-heads-ignored", "both inputs", _inputs(("k", "v"), True)),
+    ("strides:inputs-heads-ignored", "k", _inputs(("k",), True)),
+    ("strides:inputs-heads-ignored", "v", _inputs(("v",), True)),
+    ("strides:cache-loc-ignored", "", _loc_contiguous),
+    ("strides:other-cache", "v_cache with k_cache's strides", _other_cache("v_cache")),
+    ("strides:other-cache", "k_cache with v_cache's strides", _other_cache("k_cache")),
+    ("strides:cache-ignored", "both caches", _cache_contiguous(("k_cache", "v_cache"))),
+    ("strides:cache-ignored", "k_cache", _cache_contiguous(("k_cache",))),
+    ("strides:cache-ignored", "v_cache", _cache_contiguous(("v_cache",))),
+    ("padding:wraps-to-end", "", _slots(_wrap_negative)),
+    ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
+    ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
+    ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
+                                                                                                     loc))),
+)
+
+
+def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect | None:
+    """The first placement model whose reference bytes equal the implementation's over both caches."""
+    act = {w: actual.buffers[w].cpu() for w in CACHES}
+    for key, detail, model in PLACEMENT:
+        built = fresh()
+        try:
+            call = model(built)
+            if call is None:
+                continue
+            naive_fp8_set_kv_buffer(**call)
+        except Exception:  # the misread call is not one the reference can make: not this model
+            continue
+        if all(torch.equal(built.buffers[w].cpu(), act[w]) for w in CACHES):
+            return Effect(key, TITLES[key], detail)
+    return None
+
+
+# -- value models: each written byte from its own token's input --------------------------------------
+
+def _pre_cast(rows: _Rows, recipe: str) -> torch.Tensor:
+    """fp32 [T, H, D]: the recipe's value before the e4m3 rounding."""
+    value = rows.scale.value if rows.scale.kind != "none" else 1.0
+    return scaled(rows.x, ScaleArg("float", value, None), get_recipe(recipe)).cpu()
+
+
+def _flushed(e: torch.Tensor, keep_sign: bool) -> torch.Tensor:
+    mag = e & 0x7F
+    sub = (mag >= 1) & (mag <= 7)
+    return torch.where(sub, e & 0x80 if keep_sign else torch.zeros_like(e), e)
+
+
+def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
+    e = rows.q(held)
+    y = _pre_cast(rows, held).to(torch.float64).abs()
+    mag = (e & 0x7F).to(torch.int64)
+    table = _magnitudes(torch.device("cpu"))
+    finite = mag < 0x7E
+    above = finite & (table[mag.clamp(max=0x7E)] > y) & (mag > 0)
+    return torch.where(above, e - 1, e)
+
+
+def _neighbours(rows: _Rows, held: str) -> list[torch.Tensor]:
+    """The bytes of the recipe's pre-cast value one fp32 ulp below and above."""
+    y = _pre_cast(rows, held)
+    recipe = get_recipe(held)
+    return [encode_e4m3(torch.nextafter(y, torch.full_like(y, d)), recipe) for d in (-torch.inf, torch.inf)]
+
+
+def _value_cast(rows: _Rows, held: str) -> torch.Tensor:
+    return rows.q(held).view(torch.float8_e4m3fn).to(torch.uint8)
+
+
+@dataclass
+class _Written:
+    """One cache's written slots, with a single writer each: the token of each and the actual rows."""
+
+    rows: _Rows
+    tokens: list[int]
+    actual: torch.Tensor  # [n, H, D] uint8
+
+    def fits(self, predicted: torch.Tensor | list[torch.Tensor]) -> bool:
+        """Whether the actual rows equal the prediction (or one of a list, byte by byte)."""
+        options = predicted if isinstance(predicted, list) else [predicted]
+        ok = torch.zeros_like(self.actual, dtype=torch.bool)
+        for p in options:
+            ok |= p[self.tokens] == self.actual
+        return bool(ok.all())
+
+
+def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Callable[[], torch.Tensor | list]]]:
+    rows = w.rows
+    for r in RECIPES:
+        if r != held:
+            yield f"rounding:{r}", lambda r=r: rows.q(r)
+    for key, value in _scale_variant_values(rows).items():
+        yield key, lambda value=value: rows.q(held, value)
+    yield "flush-to-zero", lambda: [_flushed(rows.q(held), True), _flushed(rows.q(held), False)]
+    if case.cache_dtype == "uint8":
+        yield "storage:value-cast", lambda: _value_cast(rows, held)
+    yield "rounds-toward-zero", lambda: _toward_zero(rows, held)
+    yield "approximate-division", lambda: [rows.q(held), *_neighbours(rows, held)]
+
+
+def _encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
+    """encoding:<kinds> (or zero-sign:...) when every differing byte pair is a NaN, zero or overflow rule."""
+    differ = e != a
+    nan, zero = _sign_pairs(e, a)
+    kinds = set()
+    if (differ & nan).any():
+        kinds.add("nan-sign")
+    zero_pairs = differ & zero
+    rest = differ & ~nan & ~zero
+    nan_e, nan_a = (e & 0x7F) == 0x7F, (a & 0x7F) == 0x7F
+    sat_e, sat_a = (e & 0x7F) == 0x7E, (a & 0x7F) == 0x7E
+    rules = {"saturates": nan_e & sat_a, "nan-past-448": sat_e & nan_a, "nan-produced": nan_a & ~nan_e & ~sat_e,
+             "nan-lost": nan_e & ~nan_a & ~sat_a}
+    covered = torch.zeros_like(rest)
+    for name, where in rules.items():
+        if (rest & where).any():
+            kinds.add(name)
+            covered |= rest & where
+    if bool((rest & ~covered).any()):
+        return None
+    if zero_pairs.any():
+        if kinds:
+            return None  # two rules in one call: leave it to the ablations to separate them
+        return "zero-sign:" + ("minus" if bool(((e == 0) & (a == 0x80))[zero_pairs].any()) else "plus")
+    return "encoding:" + "+".join(sorted(kinds)) if kinds else None
+
+
+def _off_by_one(e: torch.Tensor, a: torch.Tensor) -> bool:
+    differ = e != a
+    same_sign = ((e ^ a) & 0x80) == 0
+    finite = ((e & 0x7F) < 0x7F) & ((a & 0x7F) < 0x7F)
+    step = ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16)).abs() == 1
+    return bool((~differ | (same_sign & finite & step)).all())
+
+
+def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> list[Effect]:
+    """Value effects, one per differing cache, when only written slots differ; [] otherwise."""
+    held = case.recipe
+    effects = []
+    for which in CACHES:
+        exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
+        diff = exp != act
+        if not diff.any():
+            continue
+        if (diff & ~written_mask(case, which)).any():
+            return []  # bytes outside the written slots: a placement defect, not a value one
+        rows = _Rows(case, which, expected, actual, before)
+        bad = [s for s in sorted(rows.writers) if diff[rows.index[s]].any()]
+        if any(len(rows.writers[s]) > 1 for s in bad):
+            return []
+        single = [s for s in rows.writers if len(rows.writers[s]) == 1]
+        w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
+        e = torch.stack([rows.row(rows.exp, s) for s in single])
+        found = [key for key, model in _value_models(w, held, case) if w.fits(model())]
+        encoding = _encoding_key(e, w.actual)
+        if encoding:
+            found.insert(0, encoding)  # a sign or overflow rule is the most specific
+        if not found and _off_by_one(e, w.actual):
+            found = ["off-by-one-ulp"]
+        if not found:
+            return []
+        kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
+        effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale", value=True,
+                              alternatives=found[1:]))
+    return effects
+
+
+def _unwritten(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> bool:
+    """Whether every differing byte is a written byte that kept its old value (a token not written)."""
+    for which in CACHES:
+        exp, act, old = expected.buffers[which].cpu(), actual.buffers[which].cpu(), before[which].cpu()
+        diff = exp != act
+        if (diff & ~written_mask(case, which)).any() or (diff & (act != old)).any():
+            return False
+    return True
+
+
+def summary(expected: Built, actual: Built) -> str:
+    """The commonest (expected -> actual) byte pairs of a diff nothing explains."""
+    pairs: Counter = Counter()
+    total = 0
+    for which in CACHES:
+        e, a = expected.buffers[which].cpu(), actual.buffers[which].cpu()
+        d = e != a
+        total += int(d.sum())
+        pairs.update(zip(e[d].tolist()[:4096], a[d].tolist()[:4096]))
+    top = ", ".join(f"0x{x:02X}->0x{y:02X} x{n}" for (x, y), n in pairs.most_common(5))
+    return f"{total} bytes differ; commonest (expected->actual): {top}"
+
+
+def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
+            fresh: Callable[[], Built], placement: bool = True) -> list[Effect]:
+    """The effects that account for every differing cache byte of this call ([] when none differs)."""
+    if all(torch.equal(expected.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES):
+        return []
+    values = _values(case, expected, actual, before)
+    if values:
+        return values
+    if placement:
+        moved = _placement(case, actual, fresh)
+        if moved is not None:
+            return [moved]
+    if _unwritten(case, expected, actual, before):
+        return [Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"])]
+    outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
+                  for w in CACHES)
+    key = "wrong-slot:unexplained" if outside else "wrong-bytes:unexplained"
+    return [Effect(key, TITLES[key], summary(expected, actual))]
