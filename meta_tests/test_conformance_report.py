@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from conformance.report import diff
+from conformance.diagnosis.report import diff
 from tools import conformance_diff, repro
 
 pytestmark = pytest.mark.long  # one make conformance run, shared by the module's tests
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = "meta_tests/planted_impl.py:fused_fp8_set_kv_buffer"
-EXPECTED = {"outside:padding": "writes outside", "encoding:nan-sign": "wrong bytes", "scale:ignored": "wrong bytes"}
+EXPECTED = {"padding:wraps-to-end@padding": "writes outside", "encoding:nan-sign@any": "wrong bytes",
+            "scale:ignored@scale-kind:float": "wrong bytes"}
 ROWS = {"padding": "writes outside", "special-values": "wrong bytes", "v_scale-float": "wrong bytes"}
 
 
@@ -88,12 +89,12 @@ def test_each_defect_replays(run):
 def test_diff_names_a_new_defect_and_a_worse_cell(run, tmp_path, capsys):
     _, report, _ = run
     old = copy.deepcopy(report)
-    old["defects"] = [d for d in old["defects"] if d["key"] != "scale:ignored"]
+    old["defects"] = [d for d in old["defects"] if d["key"] != "scale:ignored@scale-kind:float"]
     for c in old["capabilities"]:
         if c["id"] == "v_scale-float":
             c["status"], c["detail"] = "conforms", ""
     worse, better, _ = diff(old, report)
-    assert any("scale:ignored" in w for w in worse) and any("v_scale" in w for w in worse), worse
+    assert any("scale:ignored@scale-kind:float" in w for w in worse) and any("v_scale" in w for w in worse), worse
     assert not better
     (tmp_path / "old.json").write_text(json.dumps(old))
     (tmp_path / "new.json").write_text(json.dumps(report))
@@ -106,9 +107,9 @@ def test_a_crashed_tests_row_shows_the_crash(tmp_path):
     """A crashed worker's report reaches the controller without the test's parameters. The first
     worker's list of every collected test's parameters puts the crash in the test's row, where it
     would otherwise read "not run"."""
-    from conformance import report
-    from conformance.capabilities import argument_rows
-    from conformance.recorder import params_file
+    from conformance.diagnosis import report
+    from conformance.diagnosis.capabilities import argument_rows
+    from conformance.diagnosis.recorder import params_file
 
     node = "conformance/test_errors.py::test_invalid_argument_raises_and_writes_nothing[impl-x.py:f-cache-rank]"
     records = tmp_path / "records.jsonl"
@@ -123,4 +124,5 @@ def test_a_crashed_tests_row_shows_the_crash(tmp_path):
         defects = report.defects_from(nodes, tmp_path / "cases", {"args": ""})
         cell = report.cell_for(row, nodes, defects, {"errors"}, argument=True)
         assert cell["status"] == expected, cell
-    assert [d.key for d in defects] == ["crash"] and cell["defects"] == [defects[0].id], (defects, cell)
+    # an invalid call's crash is the argument contract's (meta_tests/test_defect_causes.py)
+    assert [d.key for d in defects] == ["validation:crash"] and cell["defects"] == [defects[0].id], (defects, cell)

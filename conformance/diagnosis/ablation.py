@@ -150,8 +150,13 @@ def _special_values(case: Case, plain: str) -> Iterator[Case]:
 
 
 def _scales_differ(case: Case, plain: str) -> Iterator[Case]:
-    if case.v_scale != case.k_scale:
-        yield case.replace(v_scale=case.k_scale)
+    """Both scales of one value, each of its own kind: the value that is not 1.0 (V's when both are not),
+    so that a cache written with its own scale ignored still fails, and one written with the other's passes."""
+    k, v = case.k_scale, case.v_scale
+    if "none" in (k.kind, v.kind) or k.value == v.value:
+        return
+    value = v.value if v.value != 1.0 else k.value
+    yield case.replace(k_scale=Scale(k.kind, value), v_scale=Scale(v.kind, value))
 
 
 def _scale_value(case: Case, plain: str) -> Iterator[Case]:

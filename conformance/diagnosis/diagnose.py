@@ -23,10 +23,15 @@ import torch
 
 from conformance.diagnosis.ablation import ABLATIONS, BIG_CACHE_BYTES, BY_NAME, Ablation, cache_bytes, words
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
-from conformance.diagnosis.effects import TITLES, Effect, explain
+from conformance.diagnosis.effects import Effect, explain, title_of
 from conformance.impls import Implementation
 from strategies.build import Built, build
-from strategies.case import Case
+from strategies.case import Case, Scale
+from strategies.fp import f32
+
+#: Scales that tell value explanations apart: not 1.0, not each other's or their reciprocals, and not
+#: exact in bf16 or fp16 (a recipe that first rounds the scale to the input dtype differs there).
+TELLING_SCALES = (f32(0.3), f32(1.7))
 
 
 @dataclass
@@ -135,8 +140,32 @@ class Diagnoser:
         if symptom.startswith("input-modified:"):
             name = symptom.split(":", 1)[1]
             return [Effect(symptom, f"modifies its input {name}")]
-        fresh = lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)
-        return explain(case, r.expected, r.actual, r.before, fresh)
+        effects = explain(case, r.expected, r.actual, r.before, self._fresh(case))
+        return [self._told_apart(case, e) if e.alternatives else e for e in effects]
+
+    def _fresh(self, case: Case) -> Callable[[], Built]:
+        return lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)
+
+    def _told_apart(self, case: Case, effect: Effect) -> Effect:
+        """A value effect that several explanations fit (a scale ignored, or the other cache's scale of
+        1.0): replay with scales of other values, each cache's distinct and not 1.0, and keep what fits
+        both calls."""
+        scales = {w: Scale(s.kind, value) for (w, s), value in zip((("k_scale", case.k_scale),
+                                                                    ("v_scale", case.v_scale)), TELLING_SCALES)
+                  if s.kind != "none"}
+        if not scales:
+            return effect
+        variant = case.replace(**scales)
+        r = self.replay(variant)
+        if r is None or r.error:
+            return effect
+        again: set[str] = set()
+        for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+            again |= {e.key, *e.alternatives}
+        fits = [k for k in [effect.key, *effect.alternatives] if k in again]
+        if not fits:
+            return effect
+        return Effect(fits[0], title_of(fits[0], case.recipe), effect.detail, effect.value, fits[1:])
 
     def diagnose(self, case: Case) -> list[Finding]:
         """The Case's defects, one Finding per (effect, trigger); [] when the Case passes on replay."""
@@ -184,7 +213,7 @@ def narrowest(findings: list[Finding]) -> list[Finding]:
     happens to hide (a sign pair gone with the values that made it) adds dimensions, not a cause."""
     def parts(f: Finding) -> tuple[str, frozenset[str]]:
         effect, _, trigger = f.key.partition("@")
-        return effect, frozenset(t for t in trigger.split("+") if t and t != "plain")
+        return effect, frozenset(t for t in trigger.split("+") if t and t not in ("plain", "any"))
     kept = []
     for f in findings:
         effect, trig = parts(f)
@@ -209,16 +238,13 @@ def effect_class(key: str) -> str:
 
 def identity(effect: Effect, trigger: list[str]) -> str:
     """effect@trigger: a value effect's identity, and its title, leave out the value dimensions (a flush
-    to zero always needs subnormal results; which Case had them is not a cause)."""
+    to zero always needs subnormal results; which Case had them is not a cause): `@any` when no other
+    dimension triggers it. `@plain`: any other effect on the plain call."""
     kept = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
-    return f"{effect.key}@{'+'.join(sorted(kept)) or 'plain'}"
+    return f"{effect.key}@{'+'.join(sorted(kept)) or ('any' if effect.value else 'plain')}"
 
 
 def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
-    if "scales-differ" in trigger and "scale:swapped" in effect.alternatives:
-        # "ignored" and "swapped" read alike when the other scale is 1.0; that the scales must differ says which
-        others = [effect.key] + [a for a in effect.alternatives if a != "scale:swapped"]
-        effect = Effect("scale:swapped", TITLES["scale:swapped"], effect.detail, effect.value, others)
     key = identity(effect, trigger)
     cls = effect_class(key)
     named = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]

@@ -291,7 +291,7 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
     the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
     symptom, not from the cause."""
     def trig(key: str) -> frozenset[str]:
-        return frozenset(t for t in trigger_of(key).split("+") if t and t != "plain")
+        return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
     for key in sorted(groups, key=lambda k: -len(trig(k))):
         effect = key.split("@", 1)[0]
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and k.split("@", 1)[0] == effect
@@ -306,7 +306,7 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
 def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
     """One cause, one defect: a raise (or a crash) whose trigger is another defect's (an IndexError on
     some padding values, wrong bytes on the others) is a symptom of that defect, listed under it."""
-    for key in [k for k in groups if class_of(k) in ("raises", "crash") and trigger_of(k) not in ("", "plain")]:
+    for key in [k for k in groups if class_of(k) in ("raises", "crash") and trigger_of(k) not in ("", "plain", "any")]:
         hosts = [k for k in groups if k != key and trigger_of(k) == trigger_of(key)
                  and class_of(k) not in ("raises", "crash", "validation")]
         if len(hosts) == 1:
