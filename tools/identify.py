@@ -1,7 +1,7 @@
 """Which recipe does an implementation compute? `python -m tools.identify [IMPL]` (or `make identify IMPL=...`).
 
 Sweeps every bf16 and fp16 bit pattern times a set of scales through the implementation, in its own
-calling convention (conformance.identification says which scales and why), and compares its bytes
+calling convention (conformance.diagnosis.identification says which scales and why), and compares its bytes
 with the reference under every recipe. Prints the recipes it matches; when none matches, how and
 where it deviates from the closest one. Exit status: 0 when a recipe matches (or the one given with
 --expect), 1 otherwise, 2 on a usage error.
@@ -18,7 +18,7 @@ import torch
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
 from conformance.bytediff import decode_e4m3
 from conformance.conventions import CONVENTIONS, get_convention
-from conformance.identification import DTYPES, KINDS, Result, identify, sweep_points
+from conformance.diagnosis.identification import DTYPES, KINDS, Result, identify, residual, sweep_points
 from conformance.impls import FUSED_SPEC, Implementation, from_spec, test_device
 from kernel import RECIPES
 from kernel.backend import describe
@@ -69,6 +69,7 @@ def report(res: Result, impl: Implementation, device: torch.device, examples: in
     best = res.closest()
     bad = {p: v for p, v in res.diffs[best].items() if v.numel()}
     print(f"RESULT: matches no recipe; closest is {best} ({res.count(best):,} differing bytes)", file=out)
+    print(f"residual: {residual(res, best)}", file=out)
     hows: Counter[str] = Counter()
     for p, idx in bad.items():
         for i in idx.tolist():

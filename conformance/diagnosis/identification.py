@@ -169,4 +169,59 @@ def held_recipe(res: Result) -> tuple[str, str]:
         return "unfused", f"identification failed (it raised on every sweep point: {first}); held to unfused"
     best = res.closest()
     return best, (f"matches no recipe; held to the closest, {best} ({res.count(best):,} of {swept} "
-                  f"differ{errors})")
+                  f"differ{errors}): {residual(res, best)}")
+
+
+def _pre_cast(point: Point, recipe: str) -> torch.Tensor:
+    """fp32 [2 * 65536]: the recipe's value before the e4m3 rounding, for K's and V's patterns."""
+    from kernel.plan import ScaleArg
+    from kernel.recipe import get_recipe
+    from kernel.reference import scaled
+    x = _patterns(point.dtype, torch.device("cpu")).reshape(-1)
+    y = scaled(x, ScaleArg("float", point.value, None), get_recipe(recipe))
+    return torch.cat([y, y])
+
+
+def residual(res: Result, recipe: str) -> str:
+    """What the bytes that differ from `recipe` have in common: which inputs, how many e4m3 ulps, and the
+    class (flush to zero, round toward zero, within one fp32 ulp before the cast, double rounding
+    through the input dtype), or the commonest byte pairs when no class fits all."""
+    from kernel.recipe import get_recipe
+    from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype
+    rule = get_recipe(recipe)
+    classes = {"flush to zero": True, "round toward zero": True, "within one fp32 ulp before the cast": True,
+               "double rounding through the input dtype": True}
+    e_all, a_all, subnormal = [], [], 0
+    for p, bad in res.diffs[recipe].items():
+        if not bad.numel():
+            continue
+        e, a = res.expected[recipe][p][bad], res.actual[p][bad]
+        y = _pre_cast(p, recipe)[bad]
+        e_all.append(e)
+        a_all.append(a)
+        sub = ((e & 0x7F) >= 1) & ((e & 0x7F) <= 7)
+        subnormal += int(sub.sum())
+        classes["flush to zero"] &= bool((sub & ((a & 0x7F) == 0)).all())
+        one = (((e ^ a) & 0x80) == 0) & ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16) == 1)
+        classes["round toward zero"] &= bool(one.all())
+        near = [encode_e4m3(torch.nextafter(y, torch.full_like(y, d)), rule) for d in (-torch.inf, torch.inf)]
+        classes["within one fp32 ulp before the cast"] &= bool(((a == near[0]) | (a == near[1])).all())
+        fmt = INPUT_FORMATS[torch.bfloat16 if p.dtype == "bfloat16" else torch.float16]
+        classes["double rounding through the input dtype"] &= bool((encode_e4m3(round_to_input_dtype(y, fmt), rule)
+                                                                    == a).all())
+    if not e_all:
+        return "no byte differs"
+    e, a = torch.cat(e_all), torch.cat(a_all)
+    steps = ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16)).abs()
+    same_sign = ((e ^ a) & 0x80) == 0
+    ulps = f"at most {int(steps[same_sign].max())} e4m3 ulps" if bool(same_sign.all()) else "some with the sign flipped"
+    which = f"{subnormal:,} of {e.numel():,} at e4m3 subnormal results"
+    fitting = [name for name, ok in classes.items() if ok]
+    if fitting:
+        return f"{which}; {ulps}; class: {' / '.join(fitting)}"
+    pairs: dict[tuple[int, int], int] = {}
+    for x, y in zip(e.tolist()[:20000], a.tolist()[:20000]):
+        pairs[(x, y)] = pairs.get((x, y), 0) + 1
+    top = sorted(pairs.items(), key=lambda kv: -kv[1])[:4]
+    return f"{which}; {ulps}; no class fits every byte; commonest (expected->actual): " + ", ".join(
+        f"0x{x:02X}->0x{y:02X} x{n}" for (x, y), n in top)
