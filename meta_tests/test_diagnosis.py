@@ -1,0 +1,137 @@
+"""The diagnosis machinery (conformance/diagnosis/ablation, effects, diagnose) on implementations written
+here: ablations make valid Cases that move one dimension only; the reference itself has no defect; a
+planted defect gets one key, by its effect and its trigger, whatever Case found it; two causes with the
+same message get two keys; a pair of defects gets two; what no model explains is said so, with bytes.
+The whole-report check over a corpus of one-defect kernels is meta_tests/test_defect_corpus.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.diagnosis.ablation import ABLATIONS
+from conformance.diagnosis.diagnose import Diagnoser
+from conformance.impls import Implementation
+from kernel import naive_fp8_set_kv_buffer
+from strategies import cases
+from strategies.build import build
+from strategies.case import Case, Layout, Override, Scale
+
+CPU = torch.device("cpu")
+FIELDS = ("num_tokens", "num_heads", "head_dim", "page_size", "num_pages", "cache_loc", "input_dtype", "cache_dtype",
+          "loc_dtype", "input_rank", "cache_rank", "k_layout", "v_layout", "k_cache_layout", "v_cache_layout",
+          "loc_step", "k_scale", "v_scale", "seed", "overrides", "recipe", "checked")
+
+
+@pytest.fixture(autouse=True)
+def _failures_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path / "failures"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=cases(allow_out_of_range=True, max_tokens=6, max_heads=5, max_dim=40), data=st.data())
+def test_every_ablation_makes_a_valid_case_the_reference_accepts(case: Case, data) -> None:
+    """An ablation is a pure Case -> Case: the variant builds, the reference writes it, and it differs from
+    the Case in the ablation's own dimension (the slots may move with it)."""
+    ablation = data.draw(st.sampled_from(ABLATIONS), label="ablation")
+    for variant in ablation.variants(case, "tensor1"):
+        assert variant != case, ablation.name
+        naive_fp8_set_kv_buffer(**build(variant, CPU).call())
+        assert variant == Case.from_json(variant.to_json())
+        assert list(ablation.variants(variant, "tensor1")) != [variant], ablation.name
+
+
+def _impl(fn, recipe: str = "unfused") -> Implementation:
+    return Implementation(fn.__name__.strip("_"), fn, {}, recipe=recipe)
+
+
+def _reference(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+               recipe="unfused", checked=False):
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                            checked=checked)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=cases(allow_out_of_range=True, max_tokens=5, max_heads=4, max_dim=32))
+def test_the_reference_has_no_defect(case: Case) -> None:
+    assert Diagnoser(_impl(_reference), CPU).diagnose(case) == []
+
+
+def _pow2_tiles(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                recipe="unfused", checked=False):
+    """Raises one and the same message for H and for D not a power of two: two causes, one text."""
+    for n in k_cache.shape[-2:]:
+        if n & (n - 1):
+            raise ValueError("arange's range must be a power of 2")
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _case(**changes) -> Case:
+    base = Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pages=3, cache_loc=(5, 0, 9),
+                k_scale=Scale("tensor1", 0.3), v_scale=Scale("float", 0.7), seed=3, recipe="unfused")
+    return base.replace(**changes)
+
+
+def test_one_message_two_triggers_two_defects() -> None:
+    d = Diagnoser(_impl(_pow2_tiles), CPU)
+    heads = {f.key for f in d.diagnose(_case(num_heads=3))}
+    dims = {f.key for f in d.diagnose(_case(head_dim=24))}
+    both = {f.key for f in d.diagnose(_case(num_heads=3, head_dim=24))}
+    assert heads == {"raises:ValueError@heads-not-pow2"}, heads
+    assert dims == {"raises:ValueError@dim-not-pow2"}, dims
+    assert both <= heads | dims and both, both
+
+
+def _loc_contiguous(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """Reads cache_loc as if contiguous: a wrong slot for some tokens, and the slots they name left unwritten."""
+    loc = cache_loc.as_strided(cache_loc.shape, (1,), cache_loc.storage_offset())
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize("case", [
+    _case(loc_step=2), _case(loc_step=3, cache_dtype="uint8", k_layout=Layout((0, 2, 1), (0, 1, 0))),
+    _case(loc_step=2, cache_loc=(5, -1, 9), overrides=(Override("k", 0, 0xFFC0, "-nan"),)),
+])
+def test_symptoms_of_one_cause_are_one_defect(case: Case) -> None:
+    found = {f.key for f in Diagnoser(_impl(_loc_contiguous), CPU).diagnose(case)}
+    assert found == {"strides:cache-loc-ignored@strided-loc"}, found
+
+
+def _flush_and_pad(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                   *, recipe="unfused", checked=False):
+    """Two defects: padding slot -1 is the last slot, and e4m3 subnormal results are written as zero."""
+    n = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
+    loc = torch.where(cache_loc == -1, n - 1, cache_loc)
+    before = [c.view(torch.uint8).clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for cache, old in zip((k_cache, v_cache), before):
+        b = cache.view(torch.uint8)
+        sub = ((b & 0x7F) >= 1) & ((b & 0x7F) <= 7) & (b != old)  # the bytes it wrote
+        b.copy_(torch.where(sub, b & 0x80, b))
+
+
+def test_a_pair_of_defects_is_two_defects() -> None:
+    d = Diagnoser(_impl(_flush_and_pad), CPU)
+    found = set()
+    for case in (_case(cache_loc=(5, -1, 9)), _case(cache_loc=(1, -1, 2), seed=8)):
+        found |= {f.key for f in d.diagnose(case)}
+    assert "padding:wraps-to-end@padding" in found, found
+    assert len(found) == 2, found
+
+
+def _xor(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+         recipe="unfused", checked=False):
+    """Flips one bit of every written byte whose low bit is set: no recipe, scale or rule explains it."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    b = v_cache.view(torch.uint8).flatten()
+    b[::7] ^= 0x10
+
+
+def test_what_nothing_explains_is_said_so_with_its_bytes() -> None:
+    [f] = Diagnoser(_impl(_xor), CPU).diagnose(_case())
+    assert f.key.startswith(("wrong-bytes:unexplained@", "wrong-slot:unexplained@")), f
+    assert "->" in f.facts["detail"], f.facts
