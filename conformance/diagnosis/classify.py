@@ -721,9 +721,12 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                         replayable=False, facts={"exception": kind})]
     if "raises on a valid call" in what and module in ("test_graphs", "test_bigcache"):
         # An eager call raised (a graph's warm-up or an eager call between replays; a big cache): its error.
+        # A graph's saved Case is that eager call, replayed as every other property's (not a big cache's).
         m = SAVED.search(message)
-        return _with_case([raised(message.split("\n", 1)[-1])], m.group(1) if m else None,
-                          _load(m.group(1)) if m else None, replayable=module == "test_graphs")
+        case = _load(m.group(1)) if m else None
+        found = diagnosed_findings(case, impl, device) if module == "test_graphs" and case is not None else []
+        found = [f for f in found if f.cls == "raises"] or [raised(message.split("\n", 1)[-1])]
+        return _with_case(found, m.group(1) if m else None, case, replayable=module == "test_graphs")
     if module == "test_graphs":
         eager = _eager_findings(message, impl, device)  # a replay wrong the way an eager call is: not the graph
         return eager or [_graph(what, message)]

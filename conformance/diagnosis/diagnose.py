@@ -47,15 +47,15 @@ class Replay:
 
 
 def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
-    """The kinds of symptom of one call: 'raises:<Type>', 'input-modified:<name>', 'placement', 'values',
+    """The kinds of symptom of one call: 'raises:<Type>', 'input-modified', 'placement', 'values',
     'nan-sign', 'zero-sign' or 'overflow'."""
     if error:
         m = re.search(r" raised (\w+(?:\.\w+)*):", error.split("\n", 1)[0])
         return {f"raises:{m.group(1) if m else 'Exception'}"}
     kinds = set()
     for f in findings:
-        if f.cls == "input-modified":
-            kinds.add(f.key)
+        if f.cls == "input-modified":  # one symptom, whichever inputs: a kernel dividing in place does both
+            kinds.add("input-modified")
         elif f.cls in ("wrong-slot", "outside"):
             kinds.add("placement")
         elif f.key == "encoding:nan-sign":
@@ -137,9 +137,13 @@ class Diagnoser:
             head = r.error.split("\n", 1)[0] if r.error else ""
             message = head.split(f"raised {etype}: ", 1)[-1]
             return [Effect(symptom, f"raises {etype}", normalize(message, 200))]
-        if symptom.startswith("input-modified:"):
-            name = symptom.split(":", 1)[1]
-            return [Effect(symptom, f"modifies its input {name}")]
+        if symptom == "input-modified":
+            names = [n for n, old in r.before.items() if n not in ("k_cache", "v_cache")
+                     and not torch.equal(old.cpu().reshape(-1).view(torch.uint8),
+                                         r.actual.buffers[n].cpu().reshape(-1).view(torch.uint8))]
+            # One key whichever inputs: a division in place changes K alone where only k_scale is not 1.0.
+            return [Effect("input-modified", "modifies what it reads (its inputs, cache_loc or a scale)",
+                           f"here: {', '.join(names) or '?'}")]
         effects = explain(case, r.expected, r.actual, r.before, self._fresh(case))
         return [self._told_apart(case, e) if e.alternatives else e for e in effects]
 

@@ -45,7 +45,7 @@ class Effect:
 TITLES = {
     "flush-to-zero": "flushes e4m3 subnormal results to zero",
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
-    "approximate-division": "is not correctly rounded: within one fp32 ulp of the recipe's value before the "
+    "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
     "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
@@ -227,11 +227,18 @@ def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(above, e - 1, e)
 
 
-def _neighbours(rows: _Rows, held: str) -> list[torch.Tensor]:
-    """The bytes of the recipe's pre-cast value one fp32 ulp below and above."""
+def _neighbours(rows: _Rows, held: str, ulps: int = 2) -> list[torch.Tensor]:
+    """The bytes of the recipe's pre-cast value up to `ulps` fp32 ulps below and above (PTX's
+    div.full.f32, Triton's default `/`, is within 2 ulps)."""
     y = _pre_cast(rows, held)
     recipe = get_recipe(held)
-    return [encode_e4m3(torch.nextafter(y, torch.full_like(y, d)), recipe) for d in (-torch.inf, torch.inf)]
+    out = []
+    for d in (-torch.inf, torch.inf):
+        z = y
+        for _ in range(ulps):
+            z = torch.nextafter(z, torch.full_like(z, d))
+            out.append(encode_e4m3(z, recipe))
+    return out
 
 
 def _value_cast(rows: _Rows, held: str) -> torch.Tensor:

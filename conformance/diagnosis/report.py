@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.diagnosis.ablation import words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
 from kernel import RECIPES
@@ -124,9 +125,28 @@ def _unread(node: Node, text: str, failures: Path | None) -> Finding:
                 case = record.get("case", {})
                 finding.case_file = str(path)
                 finding.case_size = case.get("num_tokens", 0) * case.get("num_heads", 0) * case.get("head_dim", 0)
+        # A dead process answers no more questions: the trigger is what the crashed test varied, when it
+        # varied one thing (a capability row, the big-cache family); else none is claimed.
+        if node.module == "test_bigcache":
+            finding.cls, finding.key = "big-cache", "big-cache:wrong-offsets@big-cache"
+            finding.title = "crashes on caches above 2**31 bytes (offsets computed in 32 bits?)"
+        elif node.nodeid.startswith(PROBE_TEST) and ROW_TRIGGERS.get(str(node.params.get("row"))):
+            trigger = ROW_TRIGGERS[str(node.params["row"])]
+            finding.key = f"crash@{trigger}"
+            finding.title += f", {words(trigger.split('+'))}"
         return finding
     return Finding("unclassified", "unclassified:error", f"an error outside the test body: {_first(text)}",
                    replayable=False, excerpt=tail)
+
+
+#: The dimension each capability row varies from the plain call, as diagnose's triggers name it.
+ROW_TRIGGERS = {"not-pow2": "dim-not-pow2+heads-not-pow2", "input-2d": "input-2d", "cache-3d": "cache-3d",
+                "cache-4d": "page-size", "cache-uint8": "cache-uint8", "loc-int32": "loc-int32",
+                "input-fp32": "input-float32", "padding": "padding", "out-of-range": "out-of-range",
+                "strided-inputs": "strided-input+strided-loc", "strided-caches": "strided-cache",
+                "special-values": "special-values", "empty": "empty-batch",
+                **{f"{w}-{kind}": f"scale-kind:{kind}" for w in ("k_scale", "v_scale")
+                   for kind in ("none", "float", "tensor0d")}}
 
 
 def _first(text: str) -> str:

@@ -1,0 +1,159 @@
+"""The defect corpus (examples/defects/) through `make conformance`: each report's defects against the catalogue.
+
+Runs tools.conformance on every catalogue entry this machine can run (several at a time), and compares the
+defects each report names outside the argument contract (`validation:*`) with the entry's expected
+`effect@trigger` keys. Prints, and writes as markdown with --markdown, one row an entry and the totals:
+precision (named defects that are expected), recall (expected defects that are named), and the entries whose
+report is exactly right (every one-defect entry one defect, every pair two, every control none).
+
+    python -m tools.corpus --mode quick                 # the CPU entries, few examples (what CI runs)
+    python -m tools.corpus --mode full --parallel 4     # every entry the machine can run, default budgets
+Exit status: 0 when every entry's report is exactly right, 1 otherwise, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOGUE = ROOT / "examples" / "defects" / "catalogue.py"
+#: The quick mode: the families where the corpus's defects show, a few examples each.
+QUICK = ["--families", "capabilities,bit_exact,isolation,equivalence", "--examples", "6", "--probe-examples", "3"]
+#: Value dimensions, which a value effect's identity leaves out (conformance.diagnosis.diagnose.identity).
+VALUE_TRIGGERS = {"scale-value", "special-values", "values"}
+VALUE_EFFECTS = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "approximate-division",
+                 "off-by-one-ulp", "storage", "encoding", "zero-sign")
+
+
+def load_catalogue() -> Any:
+    spec = importlib.util.spec_from_file_location("kvfp8_defect_catalogue", CATALOGUE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def expected_key(effect: str, trigger: str) -> str:
+    """The report key of a catalogue (effect, trigger): a value effect's value triggers left out."""
+    parts = [t for t in trigger.split("+") if t and t != "plain"]
+    value = effect.split(":", 1)[0] in VALUE_EFFECTS
+    if value:
+        parts = [t for t in parts if t not in VALUE_TRIGGERS]
+    return f"{effect}@{'+'.join(sorted(parts)) or ('any' if value else 'plain')}"
+
+
+def found_keys(report: dict[str, Any]) -> list[str]:
+    """The defects a report names outside the argument contract."""
+    return [d["key"] for d in report.get("defects", []) if not d["key"].startswith("validation:")]
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+    except ImportError:
+        return False
+
+
+def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, interpreted: bool) -> dict[str, Any]:
+    """One report: the expected and found keys, the verdict and the time."""
+    spec = cat.spec(entry)
+    args = [sys.executable, "-m", "tools.conformance", spec, "--out", str(out), "--jobs", jobs]
+    if mode == "quick":
+        args += QUICK
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KVFP8_"))}
+    started = time.perf_counter()
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    name = f"{Path(entry['file']).stem}.{entry['function']}"
+    path = out / f"{name}.json"
+    expected = sorted({expected_key(e, t) for e, t in cat.effects(entry, interpreted)})
+    row = {"file": entry["file"], "causes": entry["causes"], "expected": expected, "seconds": round(seconds, 1)}
+    if not path.exists():
+        return {**row, "found": [], "error": (done.stdout + done.stderr)[-800:], "verdict": "no report"}
+    report = json.loads(path.read_text())
+    found = sorted(set(found_keys(report)))
+    row.update(found=found, recipe=report["recipe"]["held"], report=str(path.with_suffix(".md")),
+               incomplete="incomplete" in report["verdict"])
+    row["verdict"] = "exact" if found == expected else "wrong"
+    return row
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    tp = sum(len(set(r["found"]) & set(r["expected"])) for r in rows)
+    fp = sum(len(set(r["found"]) - set(r["expected"])) for r in rows)
+    fn = sum(len(set(r["expected"]) - set(r["found"])) for r in rows)
+    by = {c: [r for r in rows if r["causes"] == c] for c in (0, 1, 2)}
+    return {"entries": len(rows), "exact": sum(r["verdict"] == "exact" for r in rows),
+            "precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / (tp + fn) if tp + fn else 1.0,
+            "true": tp, "false": fp, "missed": fn,
+            "controls exact": f"{sum(r['verdict'] == 'exact' for r in by[0])} of {len(by[0])}",
+            "one-defect exact": f"{sum(r['verdict'] == 'exact' for r in by[1])} of {len(by[1])}",
+            "pairs exact": f"{sum(r['verdict'] == 'exact' for r in by[2])} of {len(by[2])}",
+            "seconds max": max((r["seconds"] for r in rows), default=0),
+            "seconds mean": round(sum(r["seconds"] for r in rows) / max(len(rows), 1), 1)}
+
+
+def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], header: str) -> str:
+    lines = [header, "", f"Precision {summary['precision']:.3f} ({summary['true']} of "
+             f"{summary['true'] + summary['false']} named defects expected), recall {summary['recall']:.3f} "
+             f"({summary['true']} of {summary['true'] + summary['missed']} expected defects named); exact reports: "
+             f"{summary['exact']} of {summary['entries']} (controls {summary['controls exact']}, one-defect "
+             f"{summary['one-defect exact']}, pairs {summary['pairs exact']}); seconds per report: mean "
+             f"{summary['seconds mean']}, max {summary['seconds max']}.", "",
+             "| file | expected | named by the report (outside the argument contract) | verdict | s |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        fmt = lambda keys: ", ".join(f"`{k}`" for k in keys) or "none"
+        lines.append(f"| `{r['file']}` | {fmt(r['expected'])} | {fmt(r['found'])} | {r['verdict']} | {r['seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("quick", "full"), default="quick")
+    parser.add_argument("--needs", choices=("cpu", "cuda"), default=None,
+                        help="which entries: cpu (the CPU ones), cuda (all); default: what this machine can run")
+    parser.add_argument("--only", default="", help="entries whose file name contains this text (comma-separated)")
+    parser.add_argument("--parallel", type=int, default=1, help="reports at a time")
+    parser.add_argument("--jobs", default="1", help="pytest-xdist workers of each report")
+    parser.add_argument("--out", default=os.environ.get("OUT", "reports/corpus"))
+    parser.add_argument("--markdown", default=None, help="also write the table to this file")
+    args = parser.parse_args(argv)
+    cat = load_catalogue()
+    cuda = _cuda()
+    needs = args.needs or ("cuda" if cuda else "cpu")
+    entries = [e for e in cat.CATALOGUE if needs == "cuda" or e["needs"] == "cpu"]
+    if args.only:
+        entries = [e for e in entries if any(o in e["file"] for o in args.only.split(","))]
+    if not entries:
+        print("corpus: no entry selected", file=sys.stderr)
+        return 2
+    out = Path(args.out) / args.mode
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        rows = list(pool.map(lambda e: run_entry(e, cat, out, args.mode, args.jobs, not cuda), entries))
+    for r in rows:
+        print(f"{r['verdict']:9s} {r['file']:55s} expected {r['expected']} found {r['found']} ({r['seconds']} s)")
+        if r.get("error"):
+            print("   " + r["error"].replace("\n", "\n   "))
+    summary = totals(rows)
+    print(json.dumps(summary))
+    header = (f"## Corpus: {args.mode} mode, {'CUDA' if cuda else 'CPU (Triton interpreter)'}, {len(rows)} entries\n\n"
+              f"`python -m tools.corpus --mode {args.mode} --parallel {args.parallel} --jobs {args.jobs}`")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(rows, summary, header))
+    (out / "corpus.json").write_text(json.dumps({"rows": rows, "totals": summary}, indent=1))
+    return 0 if summary["exact"] == summary["entries"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
