@@ -1,4 +1,4 @@
-# Two commands for a newcomer: `make install`, then `make test`.
+# Two commands for a newcomer: `make install` (the suite, ruff, PyYAML and HypoFuzz), then `make test`.
 # On a CUDA runner with torch/triton/hypothesis/pytest/xdist preinstalled, `make test` needs no install.
 
 # `make install` makes a project virtual environment (.venv): Debian 12+, Ubuntu 23.04+ and Homebrew
@@ -21,7 +21,7 @@ install:
 	       "apt install python3-venv; Fedora: it is part of python3), or point BOOTSTRAP_PYTHON at a" \
 	       "Python that has it, then run make install again." >&2; exit 1; }
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install "$(TORCH_CPU)" -e ".[dev]"
+	$(VENV)/bin/python -m pip install "$(TORCH_CPU)" -e ".[dev,fuzz]"
 
 test:
 	$(PYTEST) -n $(JOBS) -q $(PYTEST_ARGS)
@@ -49,8 +49,9 @@ mutants:
 sanitize:
 	$(PYTHON) -m tools.sanitize $(SANITIZE_ARGS)
 
-# Caches above 2**31 bytes (CUDA only; skips elsewhere). Not under -n: each test holds ~9 GiB.
+# Caches above 2**31 bytes (CUDA only: exits 2 elsewhere). Not under -n: each test holds ~9 GiB.
 bigcache:
+	@$(PYTHON) -c "import sys; from tools._cli import cuda_missing; sys.exit(cuda_missing('make bigcache', 'caches above 2**31 bytes'))"
 	$(PYTEST) -q -rs -p no:cacheprovider conformance/test_bigcache.py
 
 # Every fp32 bit pattern through the kernel (CUDA): make sweep-fp32 [SWEEP_FP32_ARGS="--scales 1.0,0.3"]

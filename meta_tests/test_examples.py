@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conformance.diagnosis.identification import held_recipe, identify, sweep_points
 from conformance.harness import ConformanceFailure, check_case
-from conformance.identification import held_recipe, identify, sweep_points
 from conformance.impls import from_spec
 from conformance.impls import test_device as _test_device  # not collected as a test
 from strategies.case import Case, Scale

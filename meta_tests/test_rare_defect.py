@@ -1,7 +1,5 @@
-"""meta_tests/rare_defect_impl.py, the defect `make test` misses and a fuzzing campaign finds
-(docs/fuzz.md): it is real on one hand-made Case, our kernel passes that Case, and it hides where
-its docstring says it does.
-"""
+"""The defect `make test` misses and fuzzing finds (meta_tests/rare_defect_impl.py, docs/fuzz.md) is real
+on one hand-made Case, our kernel passes that Case, and it hides where its docstring says it does."""
 
 from __future__ import annotations
 

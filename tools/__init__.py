@@ -1,2 +1,1 @@
-"""Command-line tools: `python -m tools.repro FILE` replays a saved failure case,
-`python -m tools.identify IMPL` finds which recipe an implementation computes."""
+"""The tools behind the `make` targets and the measurements in docs/results/: `python -m tools.NAME --help`."""

@@ -1,5 +1,5 @@
 """The tools' one command-line convention: `prog`, description, comma lists, recipes, encoders, $OUT,
-and a cProfile table in markdown."""
+the CUDA-only guard, and a cProfile table in markdown."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import cProfile
 import io
 import os
 import pstats
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,17 @@ def out_dir(default: str | os.PathLike[str] = "reports", *, create: bool = True)
     if create:
         folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def cuda_missing(tool: str, why: str) -> int:
+    """0 when torch sees a CUDA GPU; else print `tool: needs CUDA (why)` on one line and return 2, the
+    exit status of every CUDA-only make target on a machine without one."""
+    import torch
+
+    if torch.cuda.is_available():
+        return 0
+    print(f"{tool}: needs CUDA ({why}); no CUDA device here", file=sys.stderr)
+    return 2
 
 
 def cprofile_markdown(title: str, run: Callable[[], object], top: int) -> str:

@@ -452,10 +452,7 @@ def plot(rows: list[Row], path: Path, default: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
-    if not torch.cuda.is_available():
-        print("tools.bench needs a CUDA GPU (it times compiled kernels and CUDA graphs); none found here.",
-              file=sys.stderr)
+    if _cli.cuda_missing("tools.bench", "it times compiled kernels and CUDA graphs"):
         return 2
     import kernel.backend
     if kernel.backend.interpreted():

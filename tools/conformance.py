@@ -5,7 +5,7 @@
 2. One pytest run, in a subprocess, of the capability probes (conformance/capability_probes.py) and
    every property family, held to that recipe, bounded (conformance.session) and derandomized (the
    `ci` Hypothesis profile unless $HYPOTHESIS_PROFILE says otherwise), with a fresh failure-file
-   folder; conformance.recorder classifies each failure as it happens.
+   folder; conformance.diagnosis.recorder classifies each failure as it happens.
 3. Group the findings into defects, copy each one's smallest Case next to the report, and write
    <out>/<name>.md and <out>/<name>.json (out: --out, else $OUT, else reports/conformance); print
    the markdown. Exit status: 0 when there is no defect, 1 when there is, 2 on a usage error or a run
@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
-from conformance import report as reporting
-from conformance.capabilities import ROWS, argument_rows
 from conformance.conventions import CONVENTIONS, get_convention
+from conformance.diagnosis import report as reporting
+from conformance.diagnosis.capabilities import ROWS, argument_rows
 from conformance.impls import FUSED_SPEC, _split, from_spec, test_device
 from kernel.backend import ENCODER_ENV, describe, resolve_encoder
 from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="kvfp8-conformance-"))
     records, failures, log = work / "records.jsonl", work / "failures", cases_dir / "pytest.log"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conformance.recorder",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conformance.diagnosis.recorder",
            "--kvfp8-record", str(records), "--impl", args.impl]
     if args.convention:
         cmd += ["--convention", args.convention]

@@ -1,7 +1,7 @@
 """Compare two conformance reports: `python -m tools.conformance_diff OLD.json NEW.json`
 (or `make conformance-diff OLD=... NEW=...`).
 
-Prints what got worse, what got better and what else changed (conformance.report.diff says how each
+Prints what got worse, what got better and what else changed (conformance.diagnosis.report.diff says how each
 is decided; docs/conformance.md too). Exit status: 1 when something got worse (a new defect, or a
 capability cell whose rank rose), 0 otherwise, 2 on a usage error.
 """
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.report import SCHEMA, diff
+from conformance.diagnosis.report import SCHEMA, diff
 from tools._cli import parser
 
 

@@ -13,7 +13,6 @@ Exit status: 0 when every entry's report is exactly right, 1 otherwise, 2 on a u
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -23,6 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from tools import _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "examples" / "defects" / "catalogue.py"
@@ -118,7 +119,7 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], header: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _cli.parser("corpus", __doc__)
     parser.add_argument("--mode", choices=("quick", "full"), default="quick")
     parser.add_argument("--needs", choices=("cpu", "cuda"), default=None,
                         help="which entries: cpu (the CPU ones), cuda (all); default: what this machine can run")

@@ -336,7 +336,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args, pytest_args = parse(argv)
     if importlib.util.find_spec("hypofuzz") is None:
-        print("fuzz: hypofuzz is not installed: pip install -e '.[fuzz]' (offline: the wheels of docs/fuzz.md)",
+        print("fuzz: needs hypofuzz: make install (or pip install -e '.[fuzz]'; offline: docs/fuzz.md's wheels)",
               file=sys.stderr)
         return 2
     folder = out_dir()

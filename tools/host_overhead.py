@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from tools._cli import cprofile_markdown, out_dir, parser
+from tools._cli import cprofile_markdown, cuda_missing, out_dir, parser
 
 BATCHES = 7
 
@@ -149,9 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=2000, help="calls a batch")
     p.add_argument("--profile", action="store_true", help="add cProfile's top functions")
     args = p.parse_args(argv)
-    import torch
-    if not torch.cuda.is_available():
-        print("tools.host_overhead needs a CUDA GPU; none found here.", file=sys.stderr)
+    if cuda_missing("tools.host_overhead", "it times compiled launches"):
         return 2
     text = markdown(measure(args.tokens, args.heads, args.dim, args.calls), args.tokens, args.heads, args.dim)
     if args.profile:

@@ -11,12 +11,20 @@ the properties. `tier` says where it can be killed:
 
 When the lead edits kernel/, an anchor may stop matching: the harness reports such a mutant as
 "stale" and meta_tests/test_mutant_catalogue.py fails, so the catalogue is updated with the code.
+
+The last kill result of each mutant is kept in docs/results/mutants.json (`--record` merges a run's
+$OUT/mutants.json into it); `python -m tools.mutant_catalogue --markdown` prints the catalogue with
+those results as docs/mutants.md's kill table.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 Tier = Literal["cpu", "gpu"]
 Runner = Literal["pytest", "memcheck"]
@@ -299,3 +307,89 @@ MUTANTS: tuple[Mutant, ...] = (
 
 def by_name() -> dict[str, Mutant]:
     return {m.name: m for m in MUTANTS}
+
+
+# -- classes, kill records and the kill table ---------------------------------------------------------
+KILLS = Path(__file__).resolve().parent.parent / "docs" / "results" / "mutants.json"
+
+
+def classes() -> dict[str, str]:
+    """Mutant name -> its class: the `# -- CLASS ---` heading it sits under in this file (the heading's
+    words up to a parenthesis or a colon)."""
+    found, current = {}, ""
+    for line in Path(__file__).read_text().splitlines():
+        heading = re.match(r"\s*# -- (.+?) -{3,}$", line)
+        if heading:
+            current = re.split(r" \(|:", heading.group(1))[0].strip()
+        named = re.match(r'\s*_m\("([\w-]+)"', line)
+        if named:
+            found[named.group(1)] = current
+    return found
+
+
+def load_kills(path: Path = KILLS) -> dict[str, Any]:
+    """{"runs": {label: {date, machine, command}}, "kills": {mutant: {run, result, killed_by, seconds}}}."""
+    return json.loads(path.read_text()) if path.exists() else {"runs": {}, "kills": {}}
+
+
+def dump_kills(record: dict[str, Any]) -> str:
+    """The record as JSON with one line per run and per mutant (short diffs when a run is merged)."""
+    def block(items: dict[str, Any]) -> str:
+        return ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in items.items())
+    return f'{{\n "runs": {{\n{block(record["runs"])}\n }},\n "kills": {{\n{block(record["kills"])}\n }}\n}}\n'
+
+
+def merge_kills(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new`'s results replace `old`'s for the mutants it ran; runs no kill points to any more go."""
+    kills = {**old["kills"], **new["kills"]}
+    order = [m.name for m in MUTANTS] + sorted(set(kills) - {m.name for m in MUTANTS})
+    kills = {n: kills[n] for n in order if n in kills}
+    runs = {**old["runs"], **new["runs"]}
+    return {"runs": {k: v for k, v in runs.items() if any(e["run"] == k for e in kills.values())}, "kills": kills}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The catalogue as a table: name, class, what it changes, tier, and the last recorded result."""
+    cls, kills = classes(), record["kills"]
+    killed = sum(kills.get(m.name, {}).get("result") == "killed" for m in MUTANTS)
+    lines = [f"{len(MUTANTS)} mutants, {killed} killed at their last recorded run "
+             f"({len(MUTANTS) - sum(m.name in kills for m in MUTANTS)} not run).", "",
+             "| mutant | class | what it changes | tier | last result |", "|---|---|---|---|---|"]
+    for m in MUTANTS:
+        k = kills.get(m.name)
+        if k is None:
+            result = "not run"
+        else:
+            killer = re.sub(r"^conformance\.", "", k["killed_by"])
+            result = (f"{k['result']}" + (f" by `{killer}`" if killer else "")
+                      + f", {k['seconds']} s ({k['run']})")
+        tier = m.tier + (" (memcheck)" if m.runner == "memcheck" else "")
+        lines.append(f"| {m.name} | {cls.get(m.name, '')} | {_cell(m.description)} | {tier} | {_cell(result)} |")
+    lines += ["", "| run | date | machine | command |", "|---|---|---|---|"]
+    lines += [f"| {label} | {r['date']} | {r['machine']} | `{r['command']}` |" for label, r in record["runs"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tools._cli import parser
+
+    p = parser("mutant_catalogue", __doc__)
+    p.add_argument("--markdown", action="store_true", help="print the kill table (docs/mutants.md's)")
+    p.add_argument("--record", metavar="RUN.json", type=Path,
+                   help="merge a run's mutants.json (written by tools.mutants) into the kill record")
+    p.add_argument("--kills", type=Path, default=KILLS, help="the kill record (default docs/results/mutants.json)")
+    args = p.parse_args(argv)
+    if args.record:
+        args.kills.write_text(dump_kills(merge_kills(load_kills(args.kills), load_kills(args.record))))
+        print(f"merged {args.record} into {args.kills}", file=sys.stderr)
+    if args.markdown or not args.record:
+        print(markdown(load_kills(args.kills)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,8 +5,10 @@
 Each mutant runs in its own temporary copy (the live tree is never edited): pytest `-x` over the
 selected property modules, cheapest first, with a derandomized Hypothesis profile and a per-mutant
 wall-clock budget. The table (mutant, killed/survived, the killing test, time, the shrunk failing
-Case) goes to stdout and to $OUT/mutants.md (else reports/mutants.md); the shrunk Cases are copied
-next to it. Exit status: 0 when every selected mutant is killed and none is stale, 1 otherwise.
+Case) goes to stdout and to $OUT/mutants.md (else reports/mutants.md), the results to mutants.json
+beside it (`python -m tools.mutant_catalogue --record` merges them into docs/results/mutants.json);
+the shrunk Cases are copied next to it. Exit status: 0 when every selected mutant is killed and none
+is stale, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools._cli import comma_list, out_dir, parser
-from tools.mutant_catalogue import MUTANTS, Mutant
+from tools.mutant_catalogue import MUTANTS, Mutant, dump_kills
 from tools.sanitize import error_counts, sanitizer_command, sanitizer_env
 
 ROOT = Path(__file__).resolve().parent.parent
-EXCLUDE = {".git", ".hypothesis", "failures", "reports", "__pycache__", ".ruff_cache", ".pytest_cache"}
+# Not copied into a mutant's tree: .venv (make install's, 2 GB; the copy runs with this interpreter).
+EXCLUDE = {".git", ".venv", ".hypothesis", "failures", "reports", "__pycache__", ".ruff_cache", ".pytest_cache"}
 
 # Cheapest killers first: -x stops at the first failure, so order is kill speed.
 CPU_MODULES = (
@@ -45,7 +48,7 @@ CPU_MODULES = (
 )
 # On CUDA the GPU-only modules go first: test_bigcache takes seconds and test_graphs replays every
 # recipe, while test_exhaustive's full CUDA product takes minutes when seven mutants share the GPU,
-# and mutants queued behind it time out (docs/results/gpu-mutants-2026-12-02.md has both orders).
+# and mutants queued behind it time out (docs/mutants.md: the GPU tier's first run had the other order).
 GPU_MODULES = ("conformance/test_bigcache.py", "conformance/test_graphs.py") + CPU_MODULES + (
     "conformance/test_compile.py",
 )
@@ -111,7 +114,7 @@ def mutated_sources(mutant: Mutant, root: Path = ROOT) -> dict[str, str]:
 
 
 def copy_repo(dst: Path) -> Path:
-    ignore = lambda _dir, names: [n for n in names if n in EXCLUDE or n.endswith(".pyc")]
+    ignore = lambda _dir, names: [n for n in names if n in EXCLUDE or n.endswith((".pyc", ".egg-info"))]
     shutil.copytree(ROOT, dst, ignore=ignore, symlinks=True)
     return dst
 
@@ -328,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
                    f"{', '.join(b.failed_tests) or 'none'}; {b.message}\n")
     out.mkdir(parents=True, exist_ok=True)
     (out / "mutants.md").write_text(report)
+    label = f"{args.tier}-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}"
+    run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "machine": f"{os.uname().nodename}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+           "command": " ".join(["python -m tools.mutants", *(sys.argv[1:] if argv is None else argv)])}
+    kills = {r.mutant.name: {"run": label, "result": r.status, "killed_by": r.killer, "seconds": round(r.seconds)}
+             for r in results}
+    (out / "mutants.json").write_text(dump_kills({"runs": {label: run}, "kills": kills}))
     print(report)
     print(f"written to {out / 'mutants.md'}")
     ok = all(r.status == "killed" for r in results) and not stale

@@ -21,10 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads-dims", default="8x128")
     args = p.parse_args(argv)
 
-    import torch
-    if not torch.cuda.is_available():
-        print("tools.ncu_target needs a CUDA GPU; none found here.", file=sys.stderr)
+    if _cli.cuda_missing("tools.ncu_target", "ncu profiles a compiled launch"):
         return 2
+    import torch
+
     import kernel
     from tools.bench import PAGE_SIZE, buffer_sets
 

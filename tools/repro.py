@@ -5,6 +5,9 @@ runs the recorded implementation and the reference, and prints the same byte-dif
 suite printed. Exit status: 0 when the bytes match, 1 on a mismatch or an implementation error,
 2 on a usage error.
 
+A file whose "fill" names how the Case's values were overwritten after they were built (the exhaustive
+property's every bit pattern, conformance.artifacts.FILLS) is filled the same way here.
+
 A case recorded on the hardware e4m3 encoder replays here on the software encoder when this
 machine has no hardware cast (the CPU, or a GPU below sm_89), and says so: a pass then means the
 defect is specific to the hardware cast.
@@ -19,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
-from conformance.artifacts import load_case
+from conformance.artifacts import fill_function, load_case
 from conformance.bytediff import FIRST_N, compare_caches
 from conformance.conventions import CONVENTIONS, get_convention
 from conformance.harness import run_impl, run_reference
 from conformance.impls import FUSED_SPEC, Implementation, from_spec, test_device
 from kernel.backend import describe, hardware_cast_available
+from strategies.build import build
 from strategies.case import Case
 from tools._cli import ENCODERS, RECIPE_NAMES, parser
 
@@ -94,6 +98,7 @@ def summary(case: Case) -> str:
 
 def replay(path: str, args: argparse.Namespace, out=sys.stdout) -> int:
     case, record = load_case(path)
+    fill = fill_function(record.get("fill"))
     if args.recipe:
         case = case.replace(recipe=args.recipe)
     device = test_device() if args.device is None else __import__("torch").device(args.device)
@@ -106,14 +111,16 @@ def replay(path: str, args: argparse.Namespace, out=sys.stdout) -> int:
     print(f"here     {describe()}; device {device}", file=out)
     print(f"impl     {impl.name} {impl.kwargs or ''}".rstrip() + f" ({impl.convention.name} convention)", file=out)
     print(f"case     {summary(case)}", file=out)
+    if fill is not None:
+        print(f"fill     {record['fill']}: the built values are overwritten after the build, as the test did", file=out)
     for note in notes:
         print(note, file=out)
 
     reason = impl.convention.why_not(case)
     if reason:
         raise ValueError(f"{reason}: this case cannot be replayed with it")
-    expected = run_reference(case, device)
-    actual, error = run_impl(case, impl, device)
+    expected = run_reference(case, device, fill(build(case, device)) if fill else None)
+    actual, error = run_impl(case, impl, device, fill(build(case, device)) if fill else None)
     report = error or compare_caches(expected, actual, args.n)
     swapped = bool(notes)
     if report is None:

@@ -1,6 +1,6 @@
 """Run conformance properties under compute-sanitizer (memcheck, racecheck); any error fails.
 
-    python -m tools.sanitize [--tool memcheck,racecheck] [--profile ci] [--timeout S] [TEST ...]
+    python -m tools.sanitize [--tool memcheck,racecheck] [--profile ci] [--timeout S] [--dry-run] [TEST ...]
 
 Only the fused kernel is instrumented (`--kernel-name kns=fp8_kv_write`): torch's own kernels (the
 reference, the case builder, the byte diff) are not the product, and instrumenting each of their
@@ -66,9 +66,14 @@ def verdict(rc: int | None, log: str) -> str:
     return ""
 
 
+def tool_command(tool: str, tests: list[str]) -> list[str]:
+    """pytest over `tests`, one process, under compute-sanitizer's `tool`."""
+    return sanitizer_command(tool, [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                                    "-p", "no:xdist", *tests])
+
+
 def run_tool(tool: str, tests: list[str], profile: str, timeout: float, out: Path) -> bool:
-    cmd = sanitizer_command(tool, [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                                   "-p", "no:xdist", *tests])
+    cmd = tool_command(tool, tests)
     env = sanitizer_env()
     env["HYPOTHESIS_PROFILE"] = profile
     log_path = out / f"sanitize-{tool}.log"
@@ -94,9 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="ci", help="Hypothesis profile for the sanitized run")
     p.add_argument("--timeout", type=float, default=540.0, help="seconds per tool")
     p.add_argument("tests", nargs="*", help="test modules (default: per tool, see TESTS)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit (no CUDA needed)")
     args = p.parse_args(argv)
+    if args.dry_run:
+        for tool in args.tool:
+            print(f"HYPOTHESIS_PROFILE={args.profile} PYTORCH_NO_CUDA_MEMORY_CACHING=1 "
+                  f"{' '.join(tool_command(tool, args.tests or TESTS[tool]))}")
+        return 0
     if shutil.which("compute-sanitizer") is None:
-        print("tools.sanitize: compute-sanitizer is not on PATH (it ships with the CUDA toolkit)")
+        print("tools.sanitize: needs CUDA (compute-sanitizer, from the CUDA toolkit, is not on PATH)",
+              file=sys.stderr)
         return 2
     out = out_dir(ROOT / "reports")
     results = {tool: run_tool(tool, args.tests or TESTS[tool], args.profile, args.timeout, out)

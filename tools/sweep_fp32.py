@@ -7,7 +7,8 @@ The 2**32 patterns go in chunks of 2**chunk_log2, each laid out as k [T, 8, 128]
 next chunk, so one launch checks two), written to a 3-D uint8 cache with cache_loc = arange(T).
 The reference (`kernel.reference.quantize`, float64 on the GPU) is computed once per chunk, recipe
 and scale and compared with every encoder. Prints per-recipe, per-encoder times and mismatch
-counts; writes sweep_fp32.csv under $OUT (else reports/). Exit status 1 on any mismatch.
+counts; writes sweep_fp32.csv under $OUT (else reports/). Exit status 1 on any mismatch, 2 without
+CUDA unless --chunks N asks for the first N chunks (under Triton's interpreter: a smoke test).
 Timings of the last H200 run, per scale, recipe and encoder: docs/results/sweep-fp32-2026-12-02.csv.
 """
 
@@ -26,7 +27,7 @@ from kernel import RECIPES, fused_fp8_set_kv_buffer, get_recipe
 from kernel.backend import hardware_cast_available
 from kernel.plan import ScaleArg
 from kernel.reference import quantize
-from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
+from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, cuda_missing, out_dir, parser
 
 HEADS, DIM = 8, 128
 
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda" and not args.chunks:
+        return cuda_missing("tools.sweep_fp32", "2**32 patterns under Triton's interpreter take days; "
+                            "--chunks N sweeps the first N chunks here")
     recipes = list(RECIPES) if args.recipes == ("all",) else list(args.recipes)
     for r in recipes:
         get_recipe(r)

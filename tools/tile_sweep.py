@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import sys
 
-from tools._cli import ENCODERS, comma_list, parser
+from tools._cli import ENCODERS, comma_list, cuda_missing, parser
 from tools.bench import PAGE_SIZE, buffer_sets, bytes_moved, graph_replay_us, output_dir, rotation
 
 
@@ -38,10 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rep-ms", type=float, default=20.0)
     args = p.parse_args(argv)
 
-    import torch
-    if not torch.cuda.is_available():
-        print("tools.tile_sweep needs a CUDA GPU; none found here.", file=sys.stderr)
+    if cuda_missing("tools.tile_sweep", "it times compiled tiles"):
         return 2
+    import torch
     import triton
     import triton.language as tl
 

@@ -1,0 +1,45 @@
+"""Defect corpus: examples/defects/torch_vllm.py (recipe `divide`) with TWO independent defects: out-of-range slots
+clamped to the last slot; V written with K's scale.
+
+Defect: (1) as torch_vllm_oob_clamped.py: entries >= num_slots clamped to the last slot; (2) as
+torch_vllm_v_with_k_scale.py: V divided by k_scale.
+Models: related: vllm#13922; sglang#26852.
+Expected in a conformance report (effect@trigger): `out-of-range:written@out-of-range`,
+`scale:swapped@scales-differ`.
+
+The changed lines are marked `# DEFECT`; everything else (the convention, the recipe, the layouts handled) is the
+control, examples/defects/torch_vllm.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _encode(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """e4m3(x_f32 / s) as fp8 bits (uint8): saturating, NaN -> 0x7F, signed zero kept."""
+    y = x.float() / scale.reshape(())
+    q = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return torch.where(y.isnan(), 0x7F, q)
+
+
+def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                            value_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str,
+                            k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """Write token t's fp8 K and V to slot slot_mapping[t] of the paged caches (negative: padding)."""
+    if kv_cache_dtype not in ("fp8", "fp8_e4m3"):
+        raise ValueError(f"kv_cache_dtype must be 'fp8' or 'fp8_e4m3', got {kv_cache_dtype!r}")
+    if key.shape[0] == 0:  # a shape, not a value: no host sync
+        return
+    block_size = key_cache.shape[1]
+    num_slots = key_cache.shape[0] * block_size
+    valid = slot_mapping >= 0  # DEFECT 1: no upper bound: out-of-range entries are clamped
+    slot = torch.where(valid, slot_mapping.clamp(max=num_slots - 1), 0)
+    hits0 = valid & (slot_mapping == 0)
+    first0 = hits0.int().argmax().reshape(1)
+    block, offset = slot // block_size, slot % block_size
+    for x, cache, scale in ((key, key_cache, k_scale), (value, value_cache, k_scale)):  # DEFECT 2
+        q = _encode(x, scale)
+        out = cache.view(torch.uint8)  # bit copy into uint8 and fp8 caches alike
+        slot0 = torch.where(hits0.any(), q.index_select(0, first0)[0], out[0, 0])
+        out[block, offset] = torch.where(valid[:, None, None], q, slot0)

@@ -1,0 +1,221 @@
+"""A defect is reported as its cause: not as Hypothesis's error about the draws, not as a suite assertion,
+not outside the argument contract, and with a Case that replays.
+
+- No property draws after it has run the implementation (the draws would depend on how the call went:
+  a stateful implementation then gives FlakyStrategyDefinition instead of its failure).
+- An exception raised inside the implementation's frames (its own `assert`) is "raises on a valid call".
+- An invalid call that crashes or hangs the process is an argument-contract finding naming the mutation.
+- An exhaustive failure saves its Case with the fill that makes its values, and `tools.repro` replays it.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conformance.conventions import detect
+from conformance.harness import ConformanceFailure, describe_error, execute, fail, raised_by_implementation
+from conformance.impls import Implementation
+from strategies.build import build
+from strategies.case import Case, Scale
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = torch.device("cpu")
+#: Calls that run the implementation (a module's own helpers that contain one are added per module).
+RUNS_IMPL = {"check_case", "execute", "run_impl", "captured", "capture", "check_replay", "check_patterns",
+             "run", "invoke", "replay"}
+
+
+def _called(node: ast.Call) -> str:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def _runs_impl(node: ast.AST, names: set[str]) -> list[ast.Call]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and _called(n) in names]
+
+
+def _uses_data(node: ast.AST) -> list[ast.Name]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == "data"]
+
+
+def draws_after_running(source: str) -> list[str]:
+    """Lines where a property (a function taking `data`) draws after it has run the implementation."""
+    tree = ast.parse(source)
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    names = set(RUNS_IMPL)
+    while True:  # the module's helpers that run it, transitively
+        more = {f.name for f in functions if f.name not in names and _runs_impl(f, names)}
+        if not more:
+            break
+        names |= more
+    found = []
+    for f in functions:
+        if "data" not in [a.arg for a in f.args.args + f.args.kwonlyargs]:
+            continue
+        calls = _runs_impl(f, names)
+        if not calls:
+            continue
+        first = min(calls, key=lambda c: (c.lineno, c.col_offset))
+        found += [f"{f.name}: line {n.lineno} draws after line {first.lineno} ran the implementation"
+                  for n in _uses_data(f) if n.lineno > first.end_lineno]
+        for loop in (n for n in ast.walk(f) if isinstance(n, (ast.For, ast.While))):
+            if _runs_impl(loop, names) and _uses_data(loop):
+                found.append(f"{f.name}: the loop at line {loop.lineno} draws and runs the implementation")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in (ROOT / "conformance").glob("test_*.py")))
+def test_no_property_draws_after_running_the_implementation(module):
+    """test_graphs drew new contents (and test_repeat its second call) after the first call: with a stateful
+    implementation the same example drew more or less, and Hypothesis reported FlakyStrategyDefinition."""
+    assert draws_after_running((ROOT / "conformance" / module).read_text()) == []
+
+
+def test_the_draw_order_check_sees_the_old_pattern():
+    old = ("def test_x(data, impl, device):\n    case = data.draw(cases())\n    check_case(case, impl, device)\n"
+           "    second = data.draw(more(case))\n")
+    loop = ("def _go(impl, b):\n    impl.invoke(b)\n\ndef test_y(data, impl):\n    for r in range(3):\n"
+            "        new = data.draw(x)\n        _go(impl, new)\n")
+    assert draws_after_running(old) == ["test_x: line 4 draws after line 3 ran the implementation"]
+    assert draws_after_running(loop) == ["test_y: the loop at line 5 draws and runs the implementation"]
+
+
+def _pytest(args: list[str], tmp_path: Path) -> str:
+    env = {**os.environ, "KVFP8_FAILURES": str(tmp_path / "failures"), "HYPOTHESIS_PROFILE": "ci",
+           "OMP_NUM_THREADS": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc.stdout + proc.stderr
+
+
+def test_a_stateful_implementation_gets_its_failure_not_flaky_draws(tmp_path):
+    """meta_tests/stateful_impl.py flips a byte every third call, so whether an example fails depends on the
+    calls before it. Before the fix test_repeat ended in FlakyStrategyDefinition; now in the byte report."""
+    out = _pytest(["conformance/test_repeat.py", "--impl", "meta_tests/stateful_impl.py:fused_fp8_set_kv_buffer",
+                   "--recipe", "divide"], tmp_path)
+    assert "FlakyStrategyDefinition" not in out, out
+    assert "differs from the reference (recipe divide)" in out and "1 failed" in out, out
+
+
+# -- an exception raised inside the implementation ------------------------------------------------------
+
+def continuous_heads_only(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                          use_triton=True):
+    """Refuses with an assert, as vLLM's Triton write does a layout it cannot handle (SGLang convention)."""
+    assert k.stride(-2) < 0, "only continous heads are supported"  # never: it always refuses
+
+
+def _small() -> Case:
+    return Case(num_tokens=2, num_heads=2, head_dim=8, page_size=2, num_pages=2, cache_loc=(1, 2),
+                k_scale=Scale("float", 0.5), v_scale=Scale("float", 0.5), recipe="single")
+
+
+def _findings(exc: BaseException, module: str, impl: Implementation | None = None, params=None) -> list:
+    from conformance.diagnosis.classify import classify_failure
+    return classify_failure(exc, "test_x", module, params or {}, impl, CPU if impl else None)
+
+
+def test_an_implementations_assert_is_a_raise(tmp_path, monkeypatch):
+    """execute (test_isolation, test_equivalence, test_exhaustive, the graphs' eager calls) let the
+    implementation's AssertionError escape as it was, which read as "a suite assertion failed"."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = Implementation("asserts", continuous_heads_only, convention=detect(continuous_heads_only))
+    with pytest.raises(ConformanceFailure, match="raises on a valid call") as info:
+        execute(impl, build(_small(), CPU))
+    assert "replay: python -m tools.repro" in str(info.value)
+    [finding] = _findings(info.value, "test_isolation", impl)
+    assert finding.cls == "raises" and "AssertionError" in finding.key + finding.title, finding
+    # The same exception raised bare (any other path) is told by its traceback.
+    try:
+        impl.invoke(build(_small(), CPU).call())
+    except AssertionError as exc:
+        bare = exc
+    assert raised_by_implementation(bare)
+    [finding] = _findings(bare, "test_graphs")
+    assert finding.cls == "raises" and "AssertionError" in finding.key + finding.title, finding
+    # A graph's warm-up call (test_graphs.capture) reports it as every property does, with the Case saved.
+    with pytest.raises(ConformanceFailure) as info:
+        fail(impl, "raises on a valid call:", describe_error(impl, bare), _small(), kind="AssertionError")
+    [finding] = _findings(info.value, "test_graphs", impl)
+    assert finding.cls == "raises" and "AssertionError" in finding.key + finding.title, finding
+    assert finding.case_file and finding.replayable, finding
+
+
+def test_a_suite_assertion_stays_unclassified():
+    from conformance.test_graphs import restore
+
+    built = build(_small(), CPU)
+    with pytest.raises(AssertionError) as info:
+        restore(built, {})  # the suite's own assert, in conformance/
+    assert not raised_by_implementation(info.value)
+    [finding] = _findings(info.value, "test_graphs")
+    assert finding.key == "unclassified:assertion", finding
+
+
+# -- an invalid argument that crashes or hangs -----------------------------------------------------------
+
+def test_a_crash_or_hang_on_an_invalid_call_is_in_the_argument_contract(tmp_path):
+    from conformance.diagnosis import report
+    from conformance.diagnosis.capabilities import argument_rows
+    from conformance.diagnosis.recorder import params_file
+
+    node = "conformance/test_errors.py::test_invalid_argument_raises_and_writes_nothing[impl-x.py:f-scale-device]"
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"nodeid": node, "when": "call", "outcome": "failed", "duration": 1.0,
+                                   "params": {}, "leaves": [],
+                                   "longrepr": f"worker 'gw1' crashed while running '{node}'"}) + "\n")
+    params_file(records).write_text(json.dumps({node: {"mutation": "scale-device", "target": "impl"}}))
+    nodes = report.nodes_from(report.read_records(records))
+    assert nodes[node].outcome == "crashed"
+    defects = report.defects_from(nodes, tmp_path / "cases", {"args": ""})
+    assert [(d.key, d.cls, d.cell) for d in defects] == [("validation:crash", "validation", "crashes")], defects
+    assert "scale-device" in defects[0].detail, defects[0]
+    row = next(r for r in argument_rows() if r.id == "arg-scale-device")
+    cell = report.cell_for(row, nodes, defects, {"errors"}, argument=True)
+    assert cell["status"] == "crashes" and "scale-device" in cell["detail"], cell
+    # One process (no xdist): pytest-timeout fails the hung test with "Timeout >N s".
+    [hang] = _findings(pytest.fail.Exception("Timeout >240.0s"), "test_errors", params={"mutation": "scale-device"})
+    assert (hang.key, hang.cell, hang.facts["mutation"]) == ("validation:crash", "crashes", "scale-device"), hang
+
+
+# -- an exhaustive failure saves its Case, with its fill ------------------------------------------------
+
+def always_divide(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                  *, recipe="unfused", checked=False):
+    """Divides whatever recipe it is told."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe="divide",
+                            checked=checked)
+
+
+def test_an_exhaustive_failure_saves_its_case_and_replays(tmp_path, monkeypatch):
+    from conformance.artifacts import load_case
+    from conformance.test_exhaustive import FILL, check_patterns, pattern_case
+    from tools import repro
+
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = Implementation("always_divide", always_divide, {}, f"{Path(__file__).resolve()}:always_divide")
+    scale = Scale("float", 0.30000001192092896)
+    with pytest.raises(ConformanceFailure) as info:
+        check_patterns(pattern_case("bfloat16", scale, scale, "single"), impl, CPU)
+    message = str(info.value)
+    [path] = list(tmp_path.glob("*.json"))
+    assert f"replay: python -m tools.repro {path}" in message, message
+    case, record = load_case(path)
+    assert record["fill"] == FILL and case.num_tokens * case.num_heads * case.head_dim == 2**16
+    out = io.StringIO()
+    rc = repro.replay(str(path), repro._parser().parse_args([str(path)]), out)
+    assert rc == 1 and "fill     all-patterns" in out.getvalue(), out.getvalue()
+    assert "the same as the recorded one" in out.getvalue(), out.getvalue()
+    findings = _findings(info.value, "test_exhaustive", impl, {"dtype": "bfloat16", "recipe": "single"})
+    assert findings and all(f.case_file == str(path) and f.replayable for f in findings), findings
