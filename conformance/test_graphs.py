@@ -65,32 +65,35 @@ def _call(impl: Implementation, built: Built) -> Callable[[], None]:
     return lambda: impl.invoke(built.call())
 
 
-def capture(impl: Implementation, calls: list[Callable[[], None]], case: Case) -> torch.cuda.CUDAGraph:
+def capture(impl: Implementation, calls: list[Callable[[], None]], cases: list[Case]) -> torch.cuda.CUDAGraph:
     """Warm up on a side stream, check one eager round for syncs, then capture every call in one graph.
 
-    Each step's failure is the implementation's, and is reported as such (`case` is the first call's):
-    an exception of an eager call (its own `assert` too) is "raises on a valid call", as everywhere.
+    Each step's failure is the implementation's, and is reported as such, with the Case of the call that
+    failed (`cases[i]` is `calls[i]`'s; the capture as a whole, the first): an exception of an eager call
+    (its own `assert` too) is "raises on a valid call", as everywhere.
     """
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        try:
-            for call in calls:
+        for call, case in zip(calls, cases):
+            try:
                 call()  # compiles the kernel, outside the capture
-        except Exception as exc:
-            fail(impl, "raises on a valid call:", describe_error(impl, exc), case, kind=type(exc).__name__)
+            except Exception as exc:
+                fail(impl, "raises on a valid call:", describe_error(impl, exc), case, kind=type(exc).__name__)
         previous = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            for call in calls:
-                call()
-        except RuntimeError as exc:
-            fail(impl, "synchronizes with the host during the call, so it cannot be captured in a CUDA graph:",
-                 f"{type(exc).__name__}: {exc}", case)
-        except Exception as exc:  # not the sync check's error: the eager call itself raised
-            fail(impl, "raises on a valid call:", describe_error(impl, exc), case, kind=type(exc).__name__)
+            for call, case in zip(calls, cases):
+                try:
+                    call()
+                except RuntimeError as exc:
+                    fail(impl, "synchronizes with the host during the call, so it cannot be captured in a CUDA "
+                               "graph:", f"{type(exc).__name__}: {exc}", case)
+                except Exception as exc:  # not the sync check's error: the eager call itself raised
+                    fail(impl, "raises on a valid call:", describe_error(impl, exc), case, kind=type(exc).__name__)
         finally:
             torch.cuda.set_sync_debug_mode(previous)
+    case = cases[0]
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -144,7 +147,7 @@ def captured(impl: Implementation, case: Case, device: torch.device) -> tuple[Bu
     """Build, capture one call, and reset the buffers to their pristine bytes; returns them and the graph."""
     built = build(case, device)
     pristine = built.snapshot()
-    graph = capture(impl, [_call(impl, built)], case)
+    graph = capture(impl, [_call(impl, built)], [case])
     restore(built, pristine)
     return built, graph, pristine
 
@@ -219,7 +222,7 @@ def test_several_calls_in_one_graph(data, impl, device):
     contents = [data.draw(new_contents(case), label=f"layer_{i}_contents") for i, case in enumerate(layers)]
     builts = [build(case, device) for case in layers]
     pristine = [b.snapshot() for b in builts]
-    graph = capture(impl, [_call(impl, b) for b in builts], layers[0])
+    graph = capture(impl, [_call(impl, b) for b in builts], layers)
     for b, p in zip(builts, pristine):
         restore(b, p)
     graph.replay()

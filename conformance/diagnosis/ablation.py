@@ -20,9 +20,8 @@ from strategies.build import _hash32_int
 from strategies.case import Case, Layout, Override, Scale
 from strategies.fp import FORMATS, from_bits, round_to, to_bits
 
-#: Values an ordinary input takes when the Case's own values are ablated: e4m3 numbers at scale 1,
-#: far from its subnormals, its overflow and its rounding ties, so no recipe, encoder or rounding
-#: rule tells them apart.
+#: Values an ordinary input takes (times its scale) when the Case's own values are ablated: e4m3
+#: numbers far from its subnormals, its overflow and its rounding ties.
 ORDINARY = (1.0, -2.5, 0.375, 96.0, -0.03125, 3.0, -40.0, 0.5625)
 PLAIN_PAGE = 16
 BIG_CACHE_BYTES = 2**31
@@ -129,19 +128,26 @@ def _empty(case: Case, plain: str) -> Iterator[Case]:
 
 
 def _ordinary_values(case: Case, plain: str) -> Iterator[Case]:
+    """Every input value not given by an override: an ordinary e4m3 number times its tensor's scale, so
+    that x / s lands near a grid value, far from subnormals, overflow and ties (no recipe, encoder or
+    rounding rule tells them apart). A scale so small or large that the product leaves the input dtype's
+    normal range goes to 1.0 with the values."""
     n = case.num_tokens * case.num_heads * case.head_dim
     if n == 0 or n > MAX_ORDINARY or any(o.label == "ordinary" for o in case.overrides):
         return
     fmt = FORMATS[case.input_dtype]
-    bits = [to_bits(round_to(x, fmt), case.input_dtype) for x in ORDINARY]
+    scales = {"k": case.k_scale, "v": case.v_scale}
+    changed = {}
+    for t, s in scales.items():
+        if s.kind != "none" and not 2.0**-20 <= s.value <= 2.0**20:
+            scales[t] = changed[f"{t}_scale"] = Scale(s.kind, 1.0)
+    bits = {t: [to_bits(round_to(x * (s.value if s.kind != "none" else 1.0), fmt), case.input_dtype)
+                for x in ORDINARY] for t, s in scales.items()}
     taken = {(o.tensor, o.index) for o in case.overrides}
     # Picked by a hash of the position, so that no two tokens' rows are alike by construction.
-    extra = tuple(Override(t, i, bits[_hash32_int(2 * i + (t == "v")) % len(bits)], "ordinary")
+    extra = tuple(Override(t, i, bits[t][_hash32_int(2 * i + (t == "v")) % len(ORDINARY)], "ordinary")
                   for t in ("k", "v") for i in range(n) if (t, i) not in taken)
-    # Scales go to 1.0 with the values: ordinary values are e4m3 numbers only at scale 1.
-    scales = {w: Scale(s.kind, 1.0) for w, s in (("k_scale", case.k_scale), ("v_scale", case.v_scale))
-              if s.value != 1.0}
-    yield case.replace(overrides=extra + case.overrides, **scales)
+    yield case.replace(overrides=extra + case.overrides, **changed)
 
 
 def _special_values(case: Case, plain: str) -> Iterator[Case]:
@@ -256,16 +262,17 @@ def _tokens(case: Case, plain: str) -> Iterator[Case]:
 
 
 #: In the order they are tried: the values first (so that a structural defect's minimal variant holds
-#: ordinary values, which no value defect touches), then shape and layout, then types and slots.
+#: ordinary values, which no value defect touches; the scales before them, as the ordinary values are
+#: made for the scales), then shape and layout, then types and slots.
 ABLATIONS: tuple[Ablation, ...] = (
     Ablation("big-cache", "only on caches above 2**31 bytes", _big_cache, keeps_shape=False),
     Ablation("empty-batch", "only for an empty batch (T = 0)", _empty, keeps_shape=False),
     Ablation("many-tokens", "only with more than one token", _tokens, keeps_shape=False),
     Ablation("special-values", "only with special input values (±0, ±inf, NaN, ties, past the range)",
              _special_values, value=True, keeps_shape=False),
-    Ablation("values", "only for some input values", _ordinary_values, value=True, keeps_shape=False),
     Ablation("scales-differ", "only when k_scale and v_scale differ", _scales_differ),
     Ablation("scale-value", "only for a scale other than 1.0", _scale_value, value=True),
+    Ablation("values", "only for some input values", _ordinary_values, value=True, keeps_shape=False),
     *(Ablation(f"scale-kind:{kind}", f"only for a scale given as {words}", _scale_kind(kind))
       for kind, words in (("none", "None"), ("float", "a Python float"), ("tensor0d", "a 0-d tensor"),
                           ("tensor1", "a 1-element tensor"))),

@@ -26,7 +26,7 @@ from conformance.diagnosis.classify import _Rows, _scale_variant_values, _sign_p
 from kernel import RECIPES, naive_fp8_set_kv_buffer
 from kernel.plan import ScaleArg
 from kernel.recipe import get_recipe
-from kernel.reference import _magnitudes, encode_e4m3, scaled
+from kernel.reference import INPUT_FORMATS, _magnitudes, encode_e4m3, round_to_input_dtype, scaled
 from strategies.build import Built
 from strategies.case import Case
 
@@ -211,6 +211,18 @@ def _pre_cast(rows: _Rows, recipe: str) -> torch.Tensor:
     return scaled(rows.x, ScaleArg("float", value, None), get_recipe(recipe)).cpu()
 
 
+def _multiplied(rows: _Rows, held: str) -> torch.Tensor:
+    """The held recipe's bytes with x multiplied by its scale (one fp32 multiply) instead of divided."""
+    recipe = get_recipe(held)
+    s = torch.tensor(rows.scale.value if rows.scale.kind != "none" else 1.0, dtype=torch.float32)
+    if recipe.scale_dtype == "input":
+        s = round_to_input_dtype(s, INPUT_FORMATS[rows.x.dtype])
+    y = rows.x.to(torch.float32) * s
+    if recipe.intermediate == "input":
+        y = round_to_input_dtype(y, INPUT_FORMATS[rows.x.dtype])
+    return encode_e4m3(y, recipe).cpu()
+
+
 def _flushed(e: torch.Tensor, keep_sign: bool) -> torch.Tensor:
     mag = e & 0x7F
     sub = (mag >= 1) & (mag <= 7)
@@ -268,7 +280,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         if r != held:
             yield f"rounding:{r}", lambda r=r: rows.q(r)
     for key, value in _scale_variant_values(rows).items():
-        yield key, lambda value=value: rows.q(held, value)
+        if key == "scale:inverted":  # x * s itself: x / fl(1/s) rounds otherwise
+            yield key, lambda: _multiplied(rows, held)
+        else:
+            yield key, lambda value=value: rows.q(held, value)
     yield "flush-to-zero", lambda: [_flushed(rows.q(held), True), _flushed(rows.q(held), False)]
     if case.cache_dtype == "uint8":
         yield "storage:value-cast", lambda: _value_cast(rows, held)

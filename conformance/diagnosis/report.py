@@ -323,17 +323,30 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
                 groups[host].append((nodeid, f))
 
 
+#: Classes that say what happened, not why: a raise, a crash, bytes no model explains.
+SYMPTOM_ONLY = ("raises", "crash")
+
+
+def _symptom_only(key: str) -> bool:
+    return class_of(key) in SYMPTOM_ONLY or key.split("@", 1)[0].endswith(":unexplained")
+
+
 def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
-    """One cause, one defect: a raise (or a crash) whose trigger is another defect's (an IndexError on
-    some padding values, wrong bytes on the others) is a symptom of that defect, listed under it."""
-    for key in [k for k in groups if class_of(k) in ("raises", "crash") and trigger_of(k) not in ("", "plain", "any")]:
-        hosts = [k for k in groups if k != key and trigger_of(k) == trigger_of(key)
-                 and class_of(k) not in ("raises", "crash", "validation")]
-        if len(hosts) == 1:
+    """One cause, one defect: a raise, a crash or an unexplained diff whose trigger holds another defect's
+    whole trigger (an IndexError on some padding values and wrong bytes on the others; a uint8 value cast
+    that also garbles the slot padding tokens are parked on) is a symptom of that defect, listed under it.
+    Only when one such defect is the most specific; ties are left apart."""
+    def trig(key: str) -> frozenset[str]:
+        return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
+    for key in [k for k in groups if _symptom_only(k) and trig(k)]:
+        hosts = [k for k in groups if k != key and trig(k) and trig(k) <= trig(key) and not _symptom_only(k)
+                 and class_of(k) != "validation"]
+        best = [h for h in hosts if len(trig(h)) == max(len(trig(x)) for x in hosts)]
+        if len(best) == 1:
             for nodeid, f in groups.pop(key):
-                f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f.title}
-                f.key = hosts[0]
-                groups[hosts[0]].append((nodeid, f))
+                f.facts = {**f.facts, "symptom_of": best[0], "symptom": f.title}
+                f.key = best[0]
+                groups[best[0]].append((nodeid, f))
 
 
 def pytest_command(nodeid: str, base: dict[str, str]) -> str:
