@@ -280,15 +280,21 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         if r != held:
             yield f"rounding:{r}", lambda r=r: rows.q(r)
     for key, value in _scale_variant_values(rows).items():
-        if key == "scale:inverted":  # x * s itself: x / fl(1/s) rounds otherwise
-            yield key, lambda: _multiplied(rows, held)
+        if key == "scale:inverted":  # x * s itself (x / fl(1/s) rounds otherwise), under any recipe's steps
+            yield key, lambda: [_multiplied(rows, r) for r in RECIPES]
         else:
             yield key, lambda value=value: rows.q(held, value)
-    yield "flush-to-zero", lambda: [_flushed(rows.q(held), True), _flushed(rows.q(held), False)]
+    # A deviation of the arithmetic is read against every recipe's steps, the held one first: a kernel that
+    # matches no recipe is held to the closest, which need not be the one it deviates from.
+    order = [held] + [r for r in RECIPES if r != held]
+    for r in order:
+        yield "flush-to-zero", lambda r=r: [_flushed(rows.q(r), True), _flushed(rows.q(r), False)]
     if case.cache_dtype == "uint8":
         yield "storage:value-cast", lambda: _value_cast(rows, held)
-    yield "rounds-toward-zero", lambda: _toward_zero(rows, held)
-    yield "approximate-division", lambda: [rows.q(held), *_neighbours(rows, held)]
+    for r in order:
+        yield "rounds-toward-zero", lambda r=r: _toward_zero(rows, r)
+    for r in order:
+        yield "approximate-division", lambda r=r: [rows.q(r), *_neighbours(rows, r)]
 
 
 def _encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
@@ -344,7 +350,7 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         single = [s for s in rows.writers if len(rows.writers[s]) == 1]
         w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
         e = torch.stack([rows.row(rows.exp, s) for s in single])
-        found = [key for key, model in _value_models(w, held, case) if w.fits(model())]
+        found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = _encoding_key(e, w.actual)
         if encoding:
             found.insert(0, encoding)  # a sign or overflow rule is the most specific
