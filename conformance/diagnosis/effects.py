@@ -297,7 +297,7 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "approximate-division", lambda r=r: [rows.q(r), *_neighbours(rows, r)]
 
 
-def _encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
+def encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
     """encoding:<kinds> (or zero-sign:...) when every differing byte pair is a NaN, zero or overflow rule."""
     differ = e != a
     nan, zero = _sign_pairs(e, a)
@@ -351,7 +351,7 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
-        encoding = _encoding_key(e, w.actual)
+        encoding = encoding_key(e, w.actual)
         if encoding:
             found.insert(0, encoding)  # a sign or overflow rule is the most specific
         if not found and _off_by_one(e, w.actual):
