@@ -27,8 +27,11 @@ from tools import _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "examples" / "defects" / "catalogue.py"
-#: The quick mode: the families where the corpus's defects show, a few examples each.
-QUICK = ["--families", "capabilities,bit_exact,isolation,equivalence", "--examples", "6", "--probe-examples", "3"]
+#: The quick mode: the families where the corpus's defects show, a few examples each (on CUDA also the
+#: graph and big-cache families, where a host sync and 32-bit offsets show).
+QUICK = ["--examples", "6", "--probe-examples", "3"]
+QUICK_FAMILIES = {"cpu": "capabilities,bit_exact,isolation,equivalence",
+                  "cuda": "capabilities,bit_exact,isolation,equivalence,graphs,bigcache"}
 #: Value dimensions, which a value effect's identity leaves out (conformance.diagnosis.diagnose.identity).
 VALUE_TRIGGERS = {"scale-value", "special-values", "values"}
 VALUE_EFFECTS = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "approximate-division",
@@ -69,7 +72,7 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     spec = cat.spec(entry)
     args = [sys.executable, "-m", "tools.conformance", spec, "--out", str(out), "--jobs", jobs]
     if mode == "quick":
-        args += QUICK
+        args += QUICK + ["--families", QUICK_FAMILIES["cpu" if interpreted else "cuda"]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KVFP8_"))}
     started = time.perf_counter()
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -735,7 +735,7 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         m = SAVED.search(message)
         case = _load(m.group(1)) if m else None
         found = diagnosed_findings(case, impl, device) if case is not None else []
-        if any(f.cls == "input-modified" for f in found):
+        if found:  # the cause, by replay (an input written by a stray write is a symptom of it)
             return found
         return _with_case([Finding("input-modified", f"input-modified:{name}", f"modifies its input {name}",
                                    replayable=False)], m.group(1) if m else None, case, replayable=False)

@@ -95,13 +95,27 @@ def _contiguous_strides(shape: torch.Size, keep_first: int | None = None) -> tup
     return tuple(strides)
 
 
-def _restrided(t: torch.Tensor, buf: torch.Tensor, strides: tuple[int, ...], offset: int) -> torch.Tensor | None:
-    """buf (viewed as t's dtype) read with t's shape and these strides, or None when that leaves buf."""
+#: How far past its buffer a misread view may reach and still be simulated (elements).
+MAX_OVERRUN = 1 << 24
+
+
+def _restrided(t: torch.Tensor, buf: torch.Tensor, strides: tuple[int, ...], offset: int,
+               after: list | None = None) -> torch.Tensor | None:
+    """buf (viewed as t's dtype) read with t's shape and these strides. A view that leaves buf is made
+    over a longer copy of it (a kernel misreading strides writes past its buffer too): with `after`,
+    the copy's first bytes go back into buf once the reference has written; without, None."""
     typed = buf if buf.dtype == t.dtype else buf.view(t.dtype)
     last = offset + sum((n - 1) * s for n, s in zip(t.shape, strides) if n > 0)
-    if offset < 0 or last >= typed.numel():
+    if offset < 0 or min(strides, default=0) < 0:
         return None
-    return typed.as_strided(t.shape, strides, offset)
+    if last < typed.numel():
+        return typed.as_strided(t.shape, strides, offset)
+    if after is None or last - typed.numel() > MAX_OVERRUN:
+        return None
+    longer = torch.zeros(last + 1, dtype=typed.dtype, device=typed.device)
+    longer[:typed.numel()] = typed
+    after.append(lambda: typed.copy_(longer[:typed.numel()]))
+    return longer.as_strided(t.shape, strides, offset)
 
 
 def _inputs(names: tuple[str, ...], heads_only: bool) -> Callable[[Built], dict | None]:
@@ -133,20 +147,21 @@ def _other_cache(target: str) -> Callable[[Built], dict | None]:
         t, s = getattr(b, target), getattr(b, source)
         if (t.stride(), t.storage_offset()) == (s.stride(), s.storage_offset()):
             return None
-        view = _restrided(t, b.buffers[target], tuple(s.stride()), s.storage_offset())
-        return None if view is None else {**b.call(), target: view}
+        after: list = []
+        view = _restrided(t, b.buffers[target], tuple(s.stride()), s.storage_offset(), after)
+        return None if view is None else {**b.call(), target: view, "_after": after}
     return call
 
 
 def _cache_contiguous(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
     def call(b: Built) -> dict | None:
-        out = b.call()
+        out = {**b.call(), "_after": []}
         for name in names:
             t = getattr(b, name)
             strides = _contiguous_strides(t.shape)
             if strides == tuple(t.stride()):
                 return None
-            out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset())
+            out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
             if out[name] is None:
                 return None
         return out
@@ -187,20 +202,31 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
 
 
 def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect | None:
-    """The first placement model whose reference bytes equal the implementation's over both caches."""
+    """The placement models whose reference bytes equal the implementation's over both caches: the first,
+    with the others as alternatives (V written with K's strides reads as V written contiguously when K's
+    cache is contiguous)."""
     act = {w: actual.buffers[w].cpu() for w in CACHES}
+    fits: list[tuple[str, str]] = []
     for key, detail, model in PLACEMENT:
+        if any(k == key for k, _ in fits):
+            continue
         built = fresh()
         try:
             call = model(built)
             if call is None:
                 continue
+            after = call.pop("_after", [])
             naive_fp8_set_kv_buffer(**call)
+            for write_back in after:
+                write_back()
         except Exception:  # the misread call is not one the reference can make: not this model
             continue
         if all(torch.equal(built.buffers[w].cpu(), act[w]) for w in CACHES):
-            return Effect(key, TITLES[key], detail)
-    return None
+            fits.append((key, detail))
+    if not fits:
+        return None
+    key, detail = fits[0]
+    return Effect(key, TITLES[key], detail, alternatives=[k for k, _ in fits[1:]])
 
 
 # -- value models: each written byte from its own token's input --------------------------------------

@@ -262,12 +262,15 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     """Group the run's findings by key; copy each defect's smallest Case into cases_dir."""
     findings = [f for n in nodes.values() for f in n.findings]
     _cover(findings)
+    for n in nodes.values():
+        _crash_symptoms(n)
     groups: dict[str, list[tuple[str, Finding]]] = {}
     for n in nodes.values():
         for f in n.findings:
             groups.setdefault(f.key, []).append((n.nodeid, f))
     _merge_narrower(groups)
     _merge_raises(groups)
+    _attribute_crashes(groups)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
                                            else 99, k))
     defects = []
@@ -324,7 +327,43 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
 
 
 #: Classes that say what happened, not why: a raise, a crash, bytes no model explains.
-SYMPTOM_ONLY = ("raises", "crash")
+SYMPTOM_ONLY = ("raises", "crash", "input-modified")
+#: Classes of defect that write out of place: the only kind that can make a process crash or change
+#: memory it was not given.
+PLACEMENT = ("strides", "padding", "out-of-range", "big-cache")
+CUDA_ERRORS = ("illegal memory access", "CUDA error", "cudaError", "AcceleratorError")
+
+
+def _crash_symptoms(node: Node) -> None:
+    """A CUDA error raised by a call is a crash (the context is lost); and once a test crashed, what else it
+    reported came after the corruption: symptoms of that crash, not defects of their own."""
+    for f in node.findings:
+        if f.cls == "raises" and any(m in f.title or m in f.excerpt for m in CUDA_ERRORS):
+            f.facts = {**f.facts, "symptom": f.title}
+            f.cls, f.key, f.cell = "crash", "crash", "crashes"
+            f.title = "crashes the process (a CUDA error: an illegal memory access loses the CUDA context)"
+    crash = next((f for f in node.findings if f.cls == "crash"), None)
+    if crash is None:
+        return
+    for f in node.findings:
+        if f is not crash and f.cls not in ("crash", "validation"):
+            f.facts = {**f.facts, "symptom": f.title, "symptom_of": crash.key}
+            f.key = crash.key
+
+
+def _attribute_crashes(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+    """A crash, or an input changed by a stray write, that no replay could tie to a trigger: a symptom of
+    the run's one defect that writes out of place, when there is exactly one (a value, a raise or a scale
+    cannot write where it was not told to); otherwise it stays a defect of its own."""
+    hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
+    if len(hosts) != 1:
+        return
+    for key in [k for k in groups if class_of(k) in ("crash", "input-modified") and not trigger_of(k)]:
+        for nodeid, f in groups.pop(key):
+            f.facts = {**f.facts, "symptom_of": hosts[0],
+                       "symptom": f"{f.title} (attributed: the run's one defect that writes out of place)"}
+            f.key = hosts[0]
+            groups[hosts[0]].append((nodeid, f))
 
 
 def _symptom_only(key: str) -> bool:

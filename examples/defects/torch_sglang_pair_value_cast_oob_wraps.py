@@ -1,7 +1,7 @@
 """Defect corpus: examples/defects/torch_sglang.py (recipe `single`) with TWO independent defects: a uint8 cache
 gets converted values; out-of-range slots wrap around.
 
-Defect: (1) as torch_sglang_uint8_value_cast.py: `fp8.to(cache.dtype)` converts values into a uint8 cache; (2) an
+Defect: (1) as torch_sglang_uint8_value_cast.py: `q.to(cache.dtype)` converts values into a uint8 cache; (2) an
 entry >= the number of slots is reduced modulo the number of slots (a ring buffer) instead of skipped.
 Models: vllm-xpu-kernels#475, LMCache#4064; related: vllm#13922.
 Expected in a conformance report (effect@trigger): `storage:value-cast@cache-uint8`,
@@ -50,9 +50,7 @@ def fused_fp8_set_kv_buffer(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     page, offset = slot // ps, slot % ps
     for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
         q = _encode(x.reshape(tokens, heads, dim), _reciprocal(scale, x.device))
-        out = cache.view(torch.uint8)  # read as bits ...
-        out = out if out.dim() == 4 else out.unsqueeze(1)  # [S, H, D] -> [S, 1, H, D], a view
+        q = q.view(torch.float8_e4m3fn).to(cache.dtype)  # DEFECT 1: values, not bits: uint8 converts
+        out = cache if cache.dim() == 4 else cache.unsqueeze(1)  # [S, H, D] -> [S, 1, H, D], a view
         slot0 = torch.where(hits0.any(), q.index_select(0, first0)[0], out[0, 0])
-        dest = cache if cache.dim() == 4 else cache.unsqueeze(1)
-        fp8 = torch.where(valid[:, None, None], q, slot0).view(torch.float8_e4m3fn)
-        dest[page, offset] = fp8.to(cache.dtype)  # DEFECT 1: ... written as values: uint8 converts
+        out[page, offset] = torch.where(valid[:, None, None], q, slot0)

@@ -1,7 +1,7 @@
 """Defect corpus: examples/defects/torch_sglang.py (recipe `single`) with ONE defect: rounds toward zero.
 
-Defect: y is snapped onto the e4m3 grid with `torch.trunc` (the quantum from frexp) before the cast, so every value
-between two e4m3 numbers goes to the one nearer zero instead of the nearest (ties to even).
+Defect: the saturated value is snapped onto the e4m3 grid with `torch.trunc` (the quantum from frexp) before the
+cast, so every value between two e4m3 numbers goes to the one nearer zero instead of the nearest (ties to even).
 Models: triton#11753 (an fp8 conversion that does not round to nearest-even).
 Expected in a conformance report (effect@trigger): `rounds-toward-zero@values`.
 
@@ -26,10 +26,11 @@ def _reciprocal(scale: float | torch.Tensor | None, device: torch.device) -> tor
 def _encode(x: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
     """e4m3(x_f32 * (1/s)) as fp8 bits (uint8): saturating, NaN -> 0x7F, signed zero kept."""
     y = x.float() * inv
-    _, e = torch.frexp(y)  # |y| = m * 2**e, m in [0.5, 1): the e4m3 quantum is 2**(e - 4), >= 2**-9
-    quantum = torch.ldexp(torch.ones_like(y), (e - 4).clamp(min=-9))
-    y = torch.trunc(y / quantum) * quantum  # DEFECT: trunc, not round-half-even
-    q = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    a = y.clamp(-448.0, 448.0)
+    _, e = torch.frexp(a)  # |a| = m * 2**e, m in [0.5, 1): the e4m3 quantum is 2**(e - 4), >= 2**-9
+    quantum = torch.ldexp(torch.ones_like(a), (e - 4).clamp(min=-9))
+    a = torch.trunc(a / quantum) * quantum  # DEFECT: snapped to the grid by trunc, not round-half-even
+    q = a.to(torch.float8_e4m3fn).view(torch.uint8)
     return torch.where(y.isnan(), 0x7F, q)
 
 

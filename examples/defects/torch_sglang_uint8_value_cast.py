@@ -1,7 +1,7 @@
 """Defect corpus: examples/defects/torch_sglang.py (recipe `single`) with ONE defect: a uint8 cache gets converted
 values, not the fp8 bits.
 
-Defect: the bytes are written as `fp8_values.to(cache.dtype)`: a no-op for a float8_e4m3fn cache, a numeric
+Defect: the quantized values are written as `q.to(cache.dtype)`: a no-op for a float8_e4m3fn cache, a numeric
 conversion (1.5 -> 1, -2.0 -> 254) for a uint8 cache that holds fp8 bits.
 Models: vllm-xpu-kernels#475, LMCache#4064 (storage dtype: a uint8 cache holding fp8 bits).
 Expected in a conformance report (effect@trigger): `storage:value-cast@cache-uint8`.
@@ -49,9 +49,7 @@ def fused_fp8_set_kv_buffer(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Ten
     page, offset = slot // ps, slot % ps
     for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
         q = _encode(x.reshape(tokens, heads, dim), _reciprocal(scale, x.device))
-        out = cache.view(torch.uint8)  # read as bits ...
-        out = out if out.dim() == 4 else out.unsqueeze(1)  # [S, H, D] -> [S, 1, H, D], a view
+        q = q.view(torch.float8_e4m3fn).to(cache.dtype)  # DEFECT: values, not bits: a uint8 cache converts
+        out = cache if cache.dim() == 4 else cache.unsqueeze(1)  # [S, H, D] -> [S, 1, H, D], a view
         slot0 = torch.where(hits0.any(), q.index_select(0, first0)[0], out[0, 0])
-        dest = cache if cache.dim() == 4 else cache.unsqueeze(1)
-        fp8 = torch.where(valid[:, None, None], q, slot0).view(torch.float8_e4m3fn)
-        dest[page, offset] = fp8.to(cache.dtype)  # DEFECT: ... written as values: a uint8 cache converts
+        out[page, offset] = torch.where(valid[:, None, None], q, slot0)
