@@ -22,7 +22,7 @@ from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
 from kernel import RECIPES
 
-SCHEMA = "kvfp8-conformance-report/1"
+SCHEMA = "kvfp8-conformance-report/2"  # 2: keys are effect@trigger
 #: How bad a cell is; a cell whose rank rises between two reports is a regression. Unranked: n/a, not run.
 RANK = {"conforms": 0, "validates": 0, "does not validate": 1, "raises": 2, "wrong bytes": 3, "writes outside": 4,
         "crashes": 5}
