@@ -60,7 +60,7 @@ EFFECTS = re.compile(
     r"|encoding:(nan-sign|nan-past-448|saturates)|zero-sign:(plus|minus)"
     r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|cache-ignored)"
     r"|padding:(wraps-to-end|slot-0)|out-of-range:written|storage:value-cast|raises:\w+|crash|graph:sync"
-    r"|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained")
+    r"|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained)")
 TRIGGER_WORDS = {"plain", "strided-input", "strided-loc", "strided-cache", "cache-layouts-differ", "cache-uint8",
                  "cache-3d", "input-2d", "input-float16", "input-float32", "loc-int32", "heads-not-pow2",
                  "dim-not-pow2", "page-size", "scale-kind:none", "scale-kind:float", "scale-kind:tensor0d",

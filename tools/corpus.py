@@ -67,7 +67,8 @@ def _cuda() -> bool:
         return False
 
 
-def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, interpreted: bool) -> dict[str, Any]:
+def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, interpreted: bool,
+              extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """One report: the expected and found keys, the verdict and the time."""
     spec = cat.spec(entry)
     args = [sys.executable, "-m", "tools.conformance", spec, "--out", str(out), "--jobs", jobs]
@@ -76,6 +77,7 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KVFP8_"))}
     if mode == "quick":
         env["KVFP8_SHRINK_SECONDS"] = "5"
+    env.update(extra_env or {})
     started = time.perf_counter()
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started

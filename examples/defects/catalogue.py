@@ -66,6 +66,10 @@ CATALOGUE: list[Entry] = [
            "vllm#43810 (padding slot -1 through `slot // block_size` wrote the last slot)",
            note="the IndexError of entries below -num_slots is the same cause (a report lists it with this "
                 "defect)"),
+    _entry("torch_vllm_tile_tail.py", "the head_dim tail past the last tile of 32 is never written",
+           (("wrong-slot:unwritten", "plain"),),
+           "sglang#15522 (a tile straddling a boundary not a multiple of the block); XPU-Forces/mojo_opset#266",
+           note="written after the diagnosis was settled; its report was read only then"),
     _entry("torch_vllm_oob_clamped.py", "out-of-range slots clamped to the last slot",
            (("out-of-range:written", "out-of-range"),),
            "no issue of its own; related: vllm#13922 (slot_mapping longer than the key: entries that name "
