@@ -26,7 +26,7 @@ from conformance.diagnosis.classify import Finding, case_size, classify_result, 
 from conformance.diagnosis.effects import Effect, explain, title_of
 from conformance.impls import Implementation
 from strategies.build import Built, build
-from strategies.case import Case, Scale
+from strategies.case import Case, Layout, Scale
 from strategies.fp import f32
 
 #: Scales that tell value explanations apart: not 1.0, not each other's or their reciprocals, and not
@@ -124,9 +124,18 @@ class Diagnoser:
                 trigger.append(ablation.name)
         if "many-tokens" in trigger and len(trigger) > 1:  # a consequence of the other trigger, not a cause
             trigger.remove("many-tokens")
-        if "cache-layouts-differ" in trigger and "strided-cache" in trigger:  # layouts differ: one is strided
-            trigger.remove("strided-cache")
+        if "cache-layouts-differ" in trigger and "strided-cache" in trigger:
+            # One cache strided, the other not: is it the striding or the difference? Give both caches the
+            # strided layout: a failure that stays is the striding's.
+            same = self._same_strided_layouts(current)
+            trigger.remove("strided-cache" if same is None or not self.fails(same, symptom) else "cache-layouts-differ")
         return current, trigger
+
+    @staticmethod
+    def _same_strided_layouts(case: Case) -> Case | None:
+        plain = Layout.contiguous(4)
+        strided = next((lay for lay in (case.v_cache_layout, case.k_cache_layout) if lay != plain), None)
+        return None if strided is None else case.replace(k_cache_layout=strided, v_cache_layout=strided)
 
     def effects(self, case: Case, symptom: str) -> list[Effect]:
         r = self.replay(case)
@@ -248,7 +257,16 @@ def identity(effect: Effect, trigger: list[str]) -> str:
     return f"{effect.key}@{'+'.join(sorted(kept)) or ('any' if effect.value else 'plain')}"
 
 
+#: Effects that read alike on some Cases, and the trigger that says which it is: V written with K's strides
+#: reads as V written contiguously when K's cache is contiguous.
+TOLD_BY_TRIGGER = {"cache-layouts-differ": "strides:other-cache", "strided-cache": "strides:cache-ignored"}
+
+
 def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
+    preferred = [TOLD_BY_TRIGGER[t] for t in trigger if t in TOLD_BY_TRIGGER]
+    if preferred and preferred[0] in effect.alternatives:
+        others = [effect.key] + [a for a in effect.alternatives if a != preferred[0]]
+        effect = Effect(preferred[0], title_of(preferred[0], held), effect.detail, effect.value, others)
     key = identity(effect, trigger)
     cls = effect_class(key)
     named = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
