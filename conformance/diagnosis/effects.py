@@ -418,13 +418,13 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
     """The effects that account for every differing cache byte of this call ([] when none differs)."""
     if all(torch.equal(expected.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES):
         return []
-    values = _values(case, expected, actual, before)
-    if values:
-        return values
-    if placement:
+    if placement:  # first: an exact simulation of a misread argument, which no value rule can give by chance
         moved = _placement(case, actual, fresh)
         if moved is not None:
             return [moved]
+    values = _values(case, expected, actual, before)
+    if values:
+        return values
     if _unwritten(case, expected, actual, before):
         return [Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"])]
     outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
