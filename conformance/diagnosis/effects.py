@@ -99,6 +99,11 @@ def _contiguous_strides(shape: torch.Size, keep_first: int | None = None) -> tup
 MAX_OVERRUN = 1 << 24
 
 
+def _same_strides(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
+    """Whether t already has these strides, but for dims of size 1 (whose stride reads nothing)."""
+    return all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides))
+
+
 def _restrided(t: torch.Tensor, buf: torch.Tensor, strides: tuple[int, ...], offset: int,
                after: list | None = None) -> torch.Tensor | None:
     """buf (viewed as t's dtype) read with t's shape and these strides. A view that leaves buf is made
@@ -125,7 +130,7 @@ def _inputs(names: tuple[str, ...], heads_only: bool) -> Callable[[Built], dict 
             t = getattr(b, name)
             keep = t.stride(0) if heads_only else None
             strides = _contiguous_strides(t.shape, keep)
-            if strides == tuple(t.stride()):
+            if _same_strides(t, strides):
                 return None
             out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset())
             if out[name] is None:
@@ -145,10 +150,10 @@ def _other_cache(target: str) -> Callable[[Built], dict | None]:
 
     def call(b: Built) -> dict | None:
         t, s = getattr(b, target), getattr(b, source)
-        if (t.stride(), t.storage_offset()) == (s.stride(), s.storage_offset()):
+        if _same_strides(t, tuple(s.stride())):
             return None
-        after: list = []
-        view = _restrided(t, b.buffers[target], tuple(s.stride()), s.storage_offset(), after)
+        after: list = []  # the kernel's pointer is this cache's own: its offset, the other cache's strides
+        view = _restrided(t, b.buffers[target], tuple(s.stride()), t.storage_offset(), after)
         return None if view is None else {**b.call(), target: view, "_after": after}
     return call
 
@@ -159,7 +164,7 @@ def _cache_contiguous(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
         for name in names:
             t = getattr(b, name)
             strides = _contiguous_strides(t.shape)
-            if strides == tuple(t.stride()):
+            if _same_strides(t, strides):
                 return None
             out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
             if out[name] is None:
