@@ -32,10 +32,7 @@ CATALOGUE = ROOT / "examples" / "defects" / "catalogue.py"
 QUICK = ["--examples", "6", "--probe-examples", "3"]
 QUICK_FAMILIES = {"cpu": "capabilities,bit_exact,isolation,equivalence",
                   "cuda": "capabilities,bit_exact,isolation,equivalence,graphs,bigcache"}
-#: Value dimensions, which a value effect's identity leaves out (conformance.diagnosis.diagnose.identity).
-VALUE_TRIGGERS = {"scale-value", "special-values", "values"}
-VALUE_EFFECTS = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "approximate-division",
-                 "off-by-one-ulp", "storage", "encoding", "zero-sign")
+
 
 
 def load_catalogue() -> Any:
@@ -46,12 +43,11 @@ def load_catalogue() -> Any:
 
 
 def expected_key(effect: str, trigger: str) -> str:
-    """The report key of a catalogue (effect, trigger): a value effect's value triggers left out."""
-    parts = [t for t in trigger.split("+") if t and t != "plain"]
-    value = effect.split(":", 1)[0] in VALUE_EFFECTS
-    if value:
-        parts = [t for t in parts if t not in VALUE_TRIGGERS]
-    return f"{effect}@{'+'.join(sorted(parts)) or ('any' if value else 'plain')}"
+    """The report key of a catalogue (effect, trigger), as the diagnosis makes it (diagnose.identity)."""
+    from conformance.diagnosis.diagnose import VALUE_CLASSES, class_of, identity
+    from conformance.diagnosis.effects import Effect
+    dims = [t for t in trigger.split("+") if t and t != "plain"]
+    return identity(Effect(effect, "", value=class_of(effect) in VALUE_CLASSES), dims)
 
 
 def found_keys(report: dict[str, Any]) -> list[str]:

@@ -225,8 +225,7 @@ def narrowest(findings: list[Finding]) -> list[Finding]:
     """Of findings with one effect, those whose trigger holds no other's: a symptom that one ablation
     happens to hide (a sign pair gone with the values that made it) adds dimensions, not a cause."""
     def parts(f: Finding) -> tuple[str, frozenset[str]]:
-        effect, _, trigger = f.key.partition("@")
-        return effect, frozenset(t for t in trigger.split("+") if t and t not in ("plain", "any"))
+        return f.key.split("@", 1)[0], trigger_set(f.key)
     kept = []
     for f in findings:
         effect, trig = parts(f)
@@ -239,18 +238,38 @@ def narrowest(findings: list[Finding]) -> list[Finding]:
 EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding": "writes outside",
                 "out-of-range": "writes outside", "wrong-slot": "writes outside", "strides": "wrong bytes",
                 "big-cache": "wrong bytes"}
+#: Effect classes read from each token's own input (their identity leaves the value dimensions out).
+VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "approximate-division",
+                 "off-by-one-ulp", "storage", "encoding", "zero-sign")
 
 
-def effect_class(key: str) -> str:
+# -- keys: effect@trigger ---------------------------------------------------------------------------
+
+def class_of(key: str) -> str:
+    """A key's class: 'rounding' of 'rounding:divide', 'flush-to-zero' of 'flush-to-zero@any'."""
     return key.split("@", 1)[0].split(":", 1)[0]
+
+
+def trigger_of(key: str) -> str:
+    """A diagnosed key's trigger ('' for a key without one)."""
+    return key.split("@", 1)[1] if "@" in key else ""
+
+
+def trigger_set(key: str) -> frozenset[str]:
+    """A key's trigger dimensions ('plain' and 'any' are none)."""
+    return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
+
+
+def _named(effect: Effect, trigger: list[str]) -> list[str]:
+    """The trigger dimensions a defect is named by: a value effect's leave out the value dimensions."""
+    return [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
 
 
 def identity(effect: Effect, trigger: list[str]) -> str:
     """effect@trigger: a value effect's identity, and its title, leave out the value dimensions (a flush
     to zero always needs subnormal results; which Case had them is not a cause): `@any` when no other
     dimension triggers it. `@plain`: any other effect on the plain call."""
-    kept = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
-    return f"{effect.key}@{'+'.join(sorted(kept)) or ('any' if effect.value else 'plain')}"
+    return f"{effect.key}@{'+'.join(sorted(_named(effect, trigger))) or ('any' if effect.value else 'plain')}"
 
 
 #: Effects that read alike on some Cases, and the trigger that says which it is: V written with K's strides
@@ -264,8 +283,8 @@ def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Fin
         others = [effect.key] + [a for a in effect.alternatives if a != preferred[0]]
         effect = Effect(preferred[0], title_of(preferred[0], held), effect.detail, effect.value, others)
     key = identity(effect, trigger)
-    cls = effect_class(key)
-    named = [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
+    cls = class_of(key)
+    named = _named(effect, trigger)
     title = f"{effect.title}, {words(named)}" if named or not effect.value else effect.title
     alternatives = [identity(Effect(a, "", value=effect.value), trigger) for a in effect.alternatives]
     return Finding(cls, key, title, cell=EFFECT_CELLS.get(cls, "wrong bytes"), case_size=case_size(minimal),

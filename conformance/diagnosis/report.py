@@ -20,6 +20,7 @@ from typing import Any
 from conformance.diagnosis.ablation import words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
+from conformance.diagnosis.diagnose import class_of, trigger_of, trigger_set
 from kernel import RECIPES
 
 SCHEMA = "kvfp8-conformance-report/2"  # 2: keys are effect@trigger
@@ -153,16 +154,6 @@ def _first(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("E ")]
     return (errors[0][1:].strip() if errors else lines[-1] if lines else "")[:160]
-
-
-def class_of(key: str) -> str:
-    """A key's class: 'rounding' of 'rounding:divide', 'flush-to-zero' of 'flush-to-zero@plain'."""
-    return key.split("@", 1)[0].split(":", 1)[0]
-
-
-def trigger_of(key: str) -> str:
-    """A diagnosed key's trigger ('' for a key without one)."""
-    return key.split("@", 1)[1] if "@" in key else ""
 
 
 def _greedy(todo: list[Finding], assigned: Counter) -> None:
@@ -313,14 +304,12 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
     """One effect under two triggers, one inside the other (E@uint8 and E@uint8+int32): one defect, under
     the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
     symptom, not from the cause."""
-    def trig(key: str) -> frozenset[str]:
-        return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
-    for key in sorted(groups, key=lambda k: -len(trig(k))):
+    for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
         effect = key.split("@", 1)[0]
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and k.split("@", 1)[0] == effect
-                    and trig(k) < trig(key)]
+                    and trigger_set(k) < trigger_set(key)]
         if narrower:
-            host = min(narrower, key=lambda k: len(trig(k)))
+            host = min(narrower, key=lambda k: len(trigger_set(k)))
             for nodeid, f in groups.pop(key):
                 f.key = host
                 groups[host].append((nodeid, f))
@@ -375,12 +364,10 @@ def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
     whole trigger (an IndexError on some padding values and wrong bytes on the others; a uint8 value cast
     that also garbles the slot padding tokens are parked on) is a symptom of that defect, listed under it.
     Only when one such defect is the most specific; ties are left apart."""
-    def trig(key: str) -> frozenset[str]:
-        return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
-    for key in [k for k in groups if _symptom_only(k) and trig(k)]:
-        hosts = [k for k in groups if k != key and trig(k) and trig(k) <= trig(key) and not _symptom_only(k)
-                 and class_of(k) != "validation"]
-        best = [h for h in hosts if len(trig(h)) == max(len(trig(x)) for x in hosts)]
+    for key in [k for k in groups if _symptom_only(k) and trigger_set(k)]:
+        hosts = [k for k in groups if k != key and trigger_set(k) and trigger_set(k) <= trigger_set(key)
+                 and not _symptom_only(k) and class_of(k) != "validation"]
+        best = [h for h in hosts if len(trigger_set(h)) == max(len(trigger_set(x)) for x in hosts)]
         if len(best) == 1:
             for nodeid, f in groups.pop(key):
                 f.facts = {**f.facts, "symptom_of": best[0], "symptom": f.title}
