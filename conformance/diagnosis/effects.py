@@ -25,7 +25,7 @@ from conformance.cachemap import CACHES, written_mask
 from conformance.diagnosis.classify import _Rows, _scale_variant_values, _sign_pairs
 from kernel import RECIPES, naive_fp8_set_kv_buffer
 from kernel.plan import ScaleArg
-from kernel.recipe import get_recipe
+from kernel.recipe import Recipe, get_recipe
 from kernel.reference import INPUT_FORMATS, _magnitudes, encode_e4m3, round_to_input_dtype, scaled
 from strategies.build import Built
 from strategies.case import Case
@@ -270,11 +270,9 @@ def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(above, e - 1, e)
 
 
-def _neighbours(rows: _Rows, held: str, ulps: int = 2) -> list[torch.Tensor]:
-    """The bytes of the recipe's pre-cast value up to `ulps` fp32 ulps below and above (PTX's
-    div.full.f32, Triton's default `/`, is within 2 ulps)."""
-    y = _pre_cast(rows, held)
-    recipe = get_recipe(held)
+def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2) -> list[torch.Tensor]:
+    """The e4m3 bytes of fp32 values y moved 1..`ulps` fp32 ulps down and up (PTX's div.full.f32,
+    Triton's default `/`, is within 2 ulps of the IEEE quotient)."""
     out = []
     for d in (-torch.inf, torch.inf):
         z = y
@@ -282,6 +280,11 @@ def _neighbours(rows: _Rows, held: str, ulps: int = 2) -> list[torch.Tensor]:
             z = torch.nextafter(z, torch.full_like(z, d))
             out.append(encode_e4m3(z, recipe))
     return out
+
+
+def _neighbours(rows: _Rows, held: str) -> list[torch.Tensor]:
+    """The bytes of the recipe's pre-cast value up to two fp32 ulps below and above."""
+    return nudged_bytes(_pre_cast(rows, held), get_recipe(held))
 
 
 def _value_cast(rows: _Rows, held: str) -> torch.Tensor:

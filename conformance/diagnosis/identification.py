@@ -206,7 +206,7 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
     from kernel.recipe import get_recipe
     from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype
     rule = get_recipe(recipe)
-    from conformance.diagnosis.effects import encoding_key
+    from conformance.diagnosis.effects import encoding_key, nudged_bytes
     classes = {"flush to zero": True, "round toward zero": True, APPROXIMATE: True,
                "double rounding through the input dtype": True, "an overflow, NaN or zero-sign rule": True}
     any_bad = False
@@ -221,11 +221,8 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
         one = (((e ^ a) & 0x80) == 0) & ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16) == 1)
         classes["round toward zero"] &= bool(one.all())
         near = torch.zeros_like(a, dtype=torch.bool)
-        for d in (-torch.inf, torch.inf):
-            z = y
-            for _ in range(2):
-                z = torch.nextafter(z, torch.full_like(z, d))
-                near |= encode_e4m3(z, rule) == a
+        for b in nudged_bytes(y, rule):
+            near |= b == a
         classes[APPROXIMATE] &= bool(near.all())
         fmt = INPUT_FORMATS[torch.bfloat16 if p.dtype == "bfloat16" else torch.float16]
         classes["double rounding through the input dtype"] &= bool((encode_e4m3(round_to_input_dtype(y, fmt), rule)
