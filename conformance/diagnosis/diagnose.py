@@ -225,7 +225,7 @@ def narrowest(findings: list[Finding]) -> list[Finding]:
     """Of findings with one effect, those whose trigger holds no other's: a symptom that one ablation
     happens to hide (a sign pair gone with the values that made it) adds dimensions, not a cause."""
     def parts(f: Finding) -> tuple[str, frozenset[str]]:
-        return f.key.split("@", 1)[0], trigger_set(f.key)
+        return same_effect(f.key), trigger_set(f.key)
     kept = []
     for f in findings:
         effect, trig = parts(f)
@@ -255,6 +255,13 @@ def trigger_of(key: str) -> str:
     return key.split("@", 1)[1] if "@" in key else ""
 
 
+def same_effect(key: str) -> str:
+    """A key's effect, for telling one cause's keys apart: what no model explains is one effect, whether
+    the minimal variant that showed it also changed bytes outside the written slots or not."""
+    effect = key.split("@", 1)[0]
+    return "unexplained" if effect.endswith(":unexplained") else effect
+
+
 def trigger_set(key: str) -> frozenset[str]:
     """A key's trigger dimensions ('plain' and 'any' are none)."""
     return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
@@ -272,16 +279,30 @@ def identity(effect: Effect, trigger: list[str]) -> str:
     return f"{effect.key}@{'+'.join(sorted(_named(effect, trigger))) or ('any' if effect.value else 'plain')}"
 
 
-#: Effects that read alike on some Cases, and the trigger that says which it is: V written with K's strides
-#: reads as V written contiguously when K's cache is contiguous.
-TOLD_BY_TRIGGER = {"cache-layouts-differ": "strides:other-cache", "strided-cache": "strides:cache-ignored"}
+#: The dimension a placement effect misreads: returning it to the plain call must make the failure vanish.
+#: A model whose dimension is not in the trigger fit the bytes by chance (V written with K's strides reads
+#: as V written contiguously when K's cache is contiguous; a head-major write can read as either).
+MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
+            "strides:cache-loc-ignored": "strided-loc", "strides:other-cache": "cache-layouts-differ",
+            "strides:cache-ignored": "strided-cache", "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
+            "out-of-range:written": "out-of-range"}
+
+
+def consistent(effect: Effect, trigger: list[str]) -> Effect:
+    """The first of the effect and its alternatives whose misread dimension is in the trigger; none such
+    (every placement model fit by chance): what no model explains."""
+    fits = [k for k in [effect.key, *effect.alternatives] if k not in MISREADS or MISREADS[k] in trigger]
+    if fits == [effect.key, *effect.alternatives]:
+        return effect
+    if not fits:
+        return Effect("wrong-slot:unexplained", title_of("wrong-slot:unexplained"),
+                      f"{effect.key} fits its bytes, but its misread argument is not what triggers it")
+    detail = effect.detail if fits[0] == effect.key else ""  # the detail named the first model's misread
+    return Effect(fits[0], title_of(fits[0]), detail, effect.value, fits[1:])
 
 
 def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
-    preferred = [TOLD_BY_TRIGGER[t] for t in trigger if t in TOLD_BY_TRIGGER]
-    if preferred and preferred[0] in effect.alternatives:
-        others = [effect.key] + [a for a in effect.alternatives if a != preferred[0]]
-        effect = Effect(preferred[0], title_of(preferred[0], held), effect.detail, effect.value, others)
+    effect = consistent(effect, trigger)
     key = identity(effect, trigger)
     cls = class_of(key)
     named = _named(effect, trigger)

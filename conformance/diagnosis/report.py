@@ -20,7 +20,7 @@ from typing import Any
 from conformance.diagnosis.ablation import words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
-from conformance.diagnosis.diagnose import class_of, trigger_of, trigger_set
+from conformance.diagnosis.diagnose import class_of, same_effect, trigger_of, trigger_set
 from kernel import RECIPES
 
 SCHEMA = "kvfp8-conformance-report/2"  # 2: keys are effect@trigger
@@ -305,8 +305,7 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
     the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
     symptom, not from the cause."""
     for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
-        effect = key.split("@", 1)[0]
-        narrower = [k for k in groups if k != key and "@" in k and "@" in key and k.split("@", 1)[0] == effect
+        narrower = [k for k in groups if k != key and "@" in k and "@" in key and same_effect(k) == same_effect(key)
                     and trigger_set(k) < trigger_set(key)]
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
