@@ -52,8 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "first. An implementation that takes recipe= is held to every recipe by default")
 
 
-def _hold(impl: Implementation, option: str | None) -> tuple[str | None, str]:
-    """The recipe impl is held to, and how it was chosen."""
+def _hold(impl: Implementation, option: str | None, full: bool | None = None) -> tuple[str | None, str]:
+    """The recipe impl is held to, and how it was chosen; `full`: the full sweep (default: on CUDA)."""
     from conformance.diagnosis.identification import held_recipe, identify, sweep_points
     if option and option != "auto":
         return option, "given with --recipe"
@@ -61,7 +61,8 @@ def _hold(impl: Implementation, option: str | None) -> tuple[str | None, str]:
         return None, "every recipe, passed as recipe= (kvfp8 convention)"
     device = test_device()
     started = time.perf_counter()
-    res = identify(impl, sweep_points(["bfloat16", "float16"], device.type == "cuda",
+    full = device.type == "cuda" if full is None else full
+    res = identify(impl, sweep_points(["bfloat16", "float16"], full,
                                       convention=impl.convention), device)
     recipe, note = held_recipe(res)
     return recipe, f"{note}; sweep took {time.perf_counter() - started:.1f} s"

@@ -47,6 +47,12 @@ def _big_case(cache_dtype: str, loc_dtype: str, cache_rank: int, recipe: str) ->
     )
 
 
+def _input_rows_case(impl) -> Case:
+    """The small call whose K rows test_input_rows_past_2_31_elements spreads over a 4 GiB buffer."""
+    return impl.fit(Case(num_tokens=3, num_heads=HEADS, head_dim=DIM, page_size=PAGE, num_pages=2,
+                         cache_loc=(3, 17, 30), input_dtype="bfloat16", seed=7, recipe="unfused"))
+
+
 def _assert_equal_buffers(impl, expected, actual, names=("k_cache", "v_cache")) -> None:
     """Whole-buffer equality on the GPU; on a mismatch, the byte-diff report of the first bytes."""
     reports = []
@@ -89,8 +95,7 @@ def test_input_rows_past_2_31_elements(impl, device):
     """
     _need_free(6)
     stride = 2**30 + 64
-    case = impl.fit(Case(num_tokens=3, num_heads=HEADS, head_dim=DIM, page_size=PAGE, num_pages=2,
-                         cache_loc=(3, 17, 30), input_dtype="bfloat16", seed=7, recipe="unfused"))
+    case = _input_rows_case(impl)
     expected = run_reference(case, device)
     actual = build(case, device)
     poison = POISON_BITS["bfloat16"]  # the same quiet NaN as every other input gap (fits int16)

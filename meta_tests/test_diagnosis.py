@@ -135,3 +135,48 @@ def test_what_nothing_explains_is_said_so_with_its_bytes() -> None:
     [f] = Diagnoser(_impl(_xor), CPU).diagnose(_case())
     assert f.key.startswith(("wrong-bytes:unexplained@", "wrong-slot:unexplained@")), f
     assert "->" in f.facts["detail"], f.facts
+
+
+def test_a_big_cache_failure_its_small_twin_shows_is_the_small_twins_defect() -> None:
+    """test_input_rows_past_2_31_elements fails for a value defect as much as for 32-bit offsets: the
+    classifier replays its small twin, and only a twin that passes leaves `big-cache:wrong-offsets`."""
+    from conformance.diagnosis.classify import _bigcache_case
+    impl = _impl(_xor)
+    small = _bigcache_case("test_input_rows_past_2_31_elements", {}, impl)
+    assert small is not None
+    [f] = Diagnoser(impl, CPU).big(small, "inputs above 2**31 elements")
+    assert not f.key.startswith("big-cache:"), f.key
+    assert Diagnoser(_impl(_reference), CPU).big(small, "inputs above 2**31 elements")[0].key == \
+        "big-cache:wrong-offsets@big-cache"
+
+
+def test_a_raise_no_replay_triggered_joins_the_one_diagnosed_raise_of_its_type() -> None:
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_same_exception
+    untriggered = Finding("raises", "raises:TypeError: cache_loc must be int64", "raises TypeError")
+    groups = {"raises:TypeError@loc-int32": [("a", Finding("raises", "raises:TypeError@loc-int32", "raises"))],
+              untriggered.key: [("b", untriggered)],
+              "raises:ValueError: other": [("c", Finding("raises", "raises:ValueError: other", "raises"))]}
+    _merge_same_exception(groups)
+    assert sorted(groups) == ["raises:TypeError@loc-int32", "raises:ValueError: other"], sorted(groups)
+    assert untriggered.facts["symptom_of"] == "raises:TypeError@loc-int32"
+
+
+def _item_sync(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+               recipe="unfused", checked=False):
+    """Reads each tensor scale on the host (.item()): a host sync, which a CUDA-graph capture refuses."""
+    ks = k_scale.item() if isinstance(k_scale, torch.Tensor) else k_scale
+    vs = v_scale.item() if isinstance(v_scale, torch.Tensor) else v_scale
+    _reference(k, v, k_cache, v_cache, cache_loc, ks, vs, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: CUDA-graph capture")
+def test_a_graph_defect_on_the_plain_call_is_keyed_at_plain() -> None:
+    """A capture that fails on the plain call too (an experiment, not the test's name) is `@plain`."""
+    from conformance.diagnosis.classify import Finding, _graph_on_plain
+    device = torch.device("cuda")
+    message = f"failed under CUDA-graph capture:\ncase: {_case().to_json()}"
+    found = _graph_on_plain(Finding("graph", "graph:sync", "syncs"), message, _impl(_item_sync), device)
+    assert found.key == "graph:sync@plain", found.key
+    clean = _graph_on_plain(Finding("graph", "graph:sync", "syncs"), message, _impl(_reference), device)
+    assert clean.key == "graph:sync", clean.key

@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", default="auto", choices=["auto", *RECIPE_NAMES],
                    help="the recipe to hold it to; auto (default): identify it (an implementation told recipe= "
                         "is held to every recipe)")
+    p.add_argument("--sweep", choices=("quick", "full"),
+                   help="--recipe auto's identification sweep: quick (4 scales, the CPU default) or full (15 scales "
+                        "in each scale kind, the CUDA default)")
     p.add_argument("--encoder", choices=ENCODERS, help="the fused kernel's e4m3 encoder (kvfp8 only)")
     p.add_argument("--out", help="folder for <name>.md, <name>.json and <name>/ (default $OUT, else "
                                  "reports/conformance)")
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     from conformance.session import _hold  # the same identification as --recipe auto
     print(f"tools.conformance: {impl.name} ({impl.convention.name} convention) on {device} ({describe()})",
           flush=True)
-    held, note = _hold(impl, args.recipe)
+    held, note = _hold(impl, args.recipe, args.sweep == "full" if args.sweep else None)
     print(f"tools.conformance: recipe {held or 'every recipe'}: {note}", flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="kvfp8-conformance-"))

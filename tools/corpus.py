@@ -8,6 +8,7 @@ report is exactly right (every one-defect entry one defect, every pair two, ever
 
     python -m tools.corpus --mode quick                 # the CPU entries, few examples (what CI runs)
     python -m tools.corpus --mode full --parallel 4     # every entry the machine can run, default budgets
+    python -m tools.corpus --from a/rows.jsonl,b/rows.jsonl --markdown t.md   # one table from earlier runs
 Exit status: 0 when every entry's report is exactly right, 1 otherwise, 2 on a usage error.
 """
 
@@ -27,9 +28,10 @@ from tools import _cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "examples" / "defects" / "catalogue.py"
-#: The quick mode: the families where the corpus's defects show, a few examples each (on CUDA also the
+#: The quick mode: the families where the corpus's defects show, a few examples each, the quick identification
+#: sweep (on CUDA also the
 #: graph and big-cache families, where a host sync and 32-bit offsets show).
-QUICK = ["--examples", "6", "--probe-examples", "3"]
+QUICK = ["--examples", "6", "--probe-examples", "3", "--sweep", "quick"]
 QUICK_FAMILIES = {"cpu": "capabilities,bit_exact,isolation,equivalence",
                   "cuda": "capabilities,bit_exact,isolation,equivalence,graphs,bigcache"}
 
@@ -131,7 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default="1", help="pytest-xdist workers of each report")
     parser.add_argument("--out", default=os.environ.get("OUT", "reports/corpus"))
     parser.add_argument("--markdown", default=None, help="also write the table to this file")
+    parser.add_argument("--from", dest="saved", default="",
+                        help="no run: the table of rows.jsonl files saved by earlier runs (comma-separated)")
     args = parser.parse_args(argv)
+    if args.saved:
+        rows = [json.loads(line) for f in args.saved.split(",") for line in Path(f).read_text().splitlines() if line]
+        order = {e["file"]: i for i, e in enumerate(load_catalogue().CATALOGUE)}  # the catalogue's order
+        rows.sort(key=lambda r: order.get(r["file"], len(order)))
+        return publish(rows, f"## Corpus: the rows of {args.saved}", args.markdown)
     cat = load_catalogue()
     cuda = _cuda()
     needs = args.needs or ("cuda" if cuda else "cpu")
@@ -143,19 +152,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out) / args.mode
     out.mkdir(parents=True, exist_ok=True)
+    done = out / "rows.jsonl"  # a row as each report ends: a run cut short keeps what it finished
+    done.write_text("")
+
+    def run(entry: dict[str, Any]) -> dict[str, Any]:
+        row = run_entry(entry, cat, out, args.mode, args.jobs, not cuda)
+        with done.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        rows = list(pool.map(lambda e: run_entry(e, cat, out, args.mode, args.jobs, not cuda), entries))
+        rows = list(pool.map(run, entries))
+    header = (f"## Corpus: {args.mode} mode, {'CUDA' if cuda else 'CPU (Triton interpreter)'}, {len(rows)} entries\n\n"
+              f"`python -m tools.corpus --mode {args.mode} --parallel {args.parallel} --jobs {args.jobs}`")
+    (out / "corpus.json").write_text(json.dumps({"rows": rows, "totals": totals(rows)}, indent=1))
+    return publish(rows, header, args.markdown)
+
+
+def publish(rows: list[dict[str, Any]], header: str, markdown_path: str | None) -> int:
+    """Print the rows and totals, write the markdown table if asked; 0 when every report is exact."""
     for r in rows:
         print(f"{r['verdict']:9s} {r['file']:55s} expected {r['expected']} found {r['found']} ({r['seconds']} s)")
         if r.get("error"):
             print("   " + r["error"].replace("\n", "\n   "))
     summary = totals(rows)
     print(json.dumps(summary))
-    header = (f"## Corpus: {args.mode} mode, {'CUDA' if cuda else 'CPU (Triton interpreter)'}, {len(rows)} entries\n\n"
-              f"`python -m tools.corpus --mode {args.mode} --parallel {args.parallel} --jobs {args.jobs}`")
-    if args.markdown:
-        Path(args.markdown).write_text(markdown(rows, summary, header))
-    (out / "corpus.json").write_text(json.dumps({"rows": rows, "totals": summary}, indent=1))
+    if markdown_path:
+        Path(markdown_path).write_text(markdown(rows, summary, header))
     return 0 if summary["exact"] == summary["entries"] else 1
 
 

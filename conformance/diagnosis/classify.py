@@ -532,6 +532,21 @@ def _what(message: str) -> str:
     return first.split(": ", 1)[1] if ": " in first else first
 
 
+def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
+                    device: torch.device | None) -> Finding:
+    """A graph defect is keyed `@plain` when a capture of the plain call fails too (an experiment, as
+    every other trigger); otherwise its key names no trigger (the graph properties are not ablated)."""
+    saved = SAVED.search(message)
+    case = case_in(message) or (_load(saved.group(1)) if saved else None)
+    if impl is None or device is None or case is None or device.type != "cuda":
+        return found
+    from conformance.diagnosis.diagnose import Diagnoser
+    diagnoser = Diagnoser(impl, device)
+    if diagnoser.captured_fails(diagnoser.plain_of(case)):
+        found.key, found.title = f"{found.key}@plain", f"{found.title}, on the plain call"
+    return found
+
+
 def _graph(what: str, message: str) -> Finding:
     if "failed under CUDA-graph capture" in what:
         m = re.search(r"\n(\w+): (.*)", message)
@@ -576,6 +591,8 @@ def _bigcache_case(test: str, params: dict[str, Any], impl: Implementation | Non
         return impl.fit(big._big_case(params["cache_dtype"], params["loc_dtype"], 4, "unfused"))
     if test == "test_flat_cache_past_2_31_bytes":
         return impl.fit(big._big_case("float8_e4m3fn", "int32", 3, "single"))
+    if test == "test_input_rows_past_2_31_elements":  # its small twin: the same call, K's rows packed
+        return big._input_rows_case(impl)
     return None
 
 
@@ -662,8 +679,10 @@ def diagnosed_findings(case: Case, impl: Implementation | None, device: torch.de
 
 
 def _eager_findings(message: str, impl: Implementation | None, device: torch.device | None) -> list[Finding]:
-    """The eager call's defects on the Case a graph report names ("case: {json}"), if any."""
-    case = case_in(message)
+    """The eager call's defects on the Case a graph report names ("case: {json}", or its saved failure
+    file: a capture that raised, an eager call between captures), if any."""
+    saved = SAVED.search(message)
+    case = case_in(message) or (_load(saved.group(1)) if saved else None)
     if impl is None or device is None or case is None:
         return []
     try:
@@ -729,7 +748,7 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return _with_case(found, m.group(1) if m else None, case, replayable=module == "test_graphs")
     if module == "test_graphs":
         eager = _eager_findings(message, impl, device)  # a replay wrong the way an eager call is: not the graph
-        return eager or [_graph(what, message)]
+        return eager or [_graph_on_plain(_graph(what, message), message, impl, device)]
     if "modified its input" in what:
         name = what.split("modified its input ", 1)[1].split(" ", 1)[0]
         m = SAVED.search(message)

@@ -74,6 +74,10 @@ def plain_kind(impl: Implementation) -> str:
     return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in impl.convention.scale_kinds)
 
 
+#: Calls of one Case on a GPU before it counts as passing (see Diagnoser._run).
+GPU_TRIES = 3
+
+
 class Diagnoser:
     """Replays Cases of one implementation on one device (cached), and diagnoses failing ones."""
 
@@ -92,17 +96,43 @@ class Diagnoser:
     def _run(self, case: Case) -> Replay | None:
         if self.impl.convention.why_not(case):
             return None
-        try:
-            expected, actual, error, before, report = run_case(case, self.impl, self.device, self.fill)
-        except Exception:  # the reference refused the variant (the suite's own limit): not evidence
-            return None
-        found = [] if error else classify_result(case, expected, actual, None, before)
-        return Replay(error, symptoms(error, found), report, expected, actual, before)
+        # A GPU's scatter leaves undefined which of several writes to one byte lands (padding tokens sent
+        # to a real slot, say): a call that passes once may fail the next time. The CPU is sequential.
+        for _ in range(GPU_TRIES if self.device.type == "cuda" else 1):
+            try:
+                expected, actual, error, before, report = run_case(case, self.impl, self.device, self.fill)
+            except Exception:  # the reference refused the variant (the suite's own limit): not evidence
+                return None
+            found = [] if error else classify_result(case, expected, actual, None, before)
+            replay = Replay(error, symptoms(error, found), report, expected, actual, before)
+            if replay.error or replay.symptoms:
+                break
+        return replay
 
     def fails(self, case: Case, symptom: str) -> bool | None:
         """Whether the Case shows this symptom; None when it cannot be run."""
         r = self.replay(case)
         return None if r is None else symptom in r.symptoms
+
+    def plain_of(self, case: Case) -> Case:
+        """The Case with every dimension moved back to the plain call (each ablation's first variant)."""
+        for ablation in self._ablations():
+            case = next(iter(ablation.variants(case, self.plain)), case)
+        return case
+
+    def captured_fails(self, case: Case) -> bool | None:
+        """Whether one CUDA-graph capture of the call, replayed, fails (raises, or writes wrong bytes);
+        None when the convention cannot make the call."""
+        from conformance import test_graphs as graphs
+        if self.impl.convention.why_not(case):
+            return None
+        try:
+            built, graph, pristine = graphs.captured(self.impl, case, self.device)
+            graph.replay()
+            graphs.check_replay(self.impl, built, pristine, self.device, "a replay of the plain call")
+        except Exception:
+            return True
+        return False
 
     def _ablations(self) -> list[Ablation]:
         return [a for a in ABLATIONS if a.keeps_shape or self.fill is None]

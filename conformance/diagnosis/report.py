@@ -261,6 +261,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
             groups.setdefault(f.key, []).append((n.nodeid, f))
     _merge_narrower(groups)
     _merge_raises(groups)
+    _merge_same_exception(groups)
     _attribute_crashes(groups)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
                                            else 99, k))
@@ -372,6 +373,20 @@ def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
                 f.facts = {**f.facts, "symptom_of": best[0], "symptom": f.title}
                 f.key = best[0]
                 groups[best[0]].append((nodeid, f))
+
+
+def _merge_same_exception(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+    """A raise that no replay tied to a trigger (raised under a graph capture, say) is a symptom of the one
+    diagnosed raise of the same exception type, when there is exactly one."""
+    def etype(key: str) -> str:
+        return key.split("@", 1)[0].split(":")[1].strip() if class_of(key) == "raises" and ":" in key else ""
+    for key in [k for k in groups if class_of(k) == "raises" and not trigger_set(k) and "@" not in k]:
+        hosts = [k for k in groups if "@" in k and etype(k) and etype(k) == etype(key)]
+        if len(hosts) == 1:
+            for nodeid, f in groups.pop(key):
+                f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f.title}
+                f.key = hosts[0]
+                groups[hosts[0]].append((nodeid, f))
 
 
 def pytest_command(nodeid: str, base: dict[str, str]) -> str:
