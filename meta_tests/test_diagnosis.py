@@ -178,5 +178,33 @@ def test_a_graph_defect_on_the_plain_call_is_keyed_at_plain() -> None:
     message = f"failed under CUDA-graph capture:\ncase: {_case().to_json()}"
     found = _graph_on_plain(Finding("graph", "graph:sync", "syncs"), message, _impl(_item_sync), device)
     assert found.key == "graph:sync@plain", found.key
-    clean = _graph_on_plain(Finding("graph", "graph:sync", "syncs"), message, _impl(_reference), device)
+    from conformance.impls import fused  # graph-safe, unlike the reference (it indexes by mask: a sync)
+    clean = _graph_on_plain(Finding("graph", "graph:sync", "syncs"), message, fused("hardware"), device)
     assert clean.key == "graph:sync", clean.key
+
+
+def test_a_defect_another_defects_effect_also_explains_is_that_defect() -> None:
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_explained
+    both = ["rounding:divide@any", "approximate-division@any"]
+    divide = Finding("rounding", "rounding:divide@any", "divide", facts={"explanations": both})
+    approx = Finding("approximate-division", "approximate-division@any", "approx",
+                     facts={"explanations": ["approximate-division@any"]})
+    groups = {"rounding:divide@any": [("a", divide)], "approximate-division@any": [("b", approx)]}
+    _merge_explained(groups)
+    assert list(groups) == ["approximate-division@any"] and len(groups["approximate-division@any"]) == 2
+
+
+def test_a_capability_rows_unreproduced_failure_joins_the_defect_its_dimension_triggers() -> None:
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import PROBE_TEST, Node, _attribute_row_findings
+    padding, strided = f"{PROBE_TEST}[impl-padding]", f"{PROBE_TEST}[impl-strided-caches]"
+    nodes = {padding: Node(padding, "failed", {"row": "padding"}), strided: Node(strided, "failed",
+                                                                               {"row": "strided-caches"})}
+    outside = Finding("outside", "outside:padding", "writes padding tokens")
+    other = Finding("outside", "outside:slots", "writes other slots")
+    groups = {"padding:slot-0@padding": [("t", Finding("padding", "padding:slot-0@padding", "slot 0"))],
+              "outside:padding": [(padding, outside)], "outside:slots": [(strided, other)]}
+    _attribute_row_findings(groups, nodes)
+    assert sorted(groups) == ["outside:slots", "padding:slot-0@padding"], sorted(groups)
+    assert outside.facts["symptom_of"] == "padding:slot-0@padding"

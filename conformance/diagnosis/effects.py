@@ -265,7 +265,7 @@ def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     y = _pre_cast(rows, held).to(torch.float64).abs()
     mag = (e & 0x7F).to(torch.int64)
     table = _magnitudes(torch.device("cpu"))
-    finite = mag < 0x7E
+    finite = mag < 0x7F  # 448 (0x7E) included: a value in (416, 448) rounds up to it, toward zero down
     above = finite & (table[mag.clamp(max=0x7E)] > y) & (mag > 0)
     return torch.where(above, e - 1, e)
 

@@ -109,10 +109,12 @@ def expressible(point: Point, convention: Convention) -> Point:
 
 def sweep_points(dtypes: list[str], full: bool, kinds: tuple[str, ...] = KINDS,
                  convention: Convention = KVFP8) -> list[Point]:
-    """The quick set, or None plus every full scale in every kind, for each dtype (as the convention
-    can pass them; duplicates dropped)."""
-    if not full:
-        points = [Point(d, k, s) for d in dtypes for k, s in QUICK]
+    """The quick set (its scales in the convention's plain kind: a 1-element tensor where it takes one), or
+    None plus every full scale in every kind, for each dtype (as the convention can pass them; duplicates
+    dropped)."""
+    if not full:  # the scale as the plain call passes it: a defect of one other kind must not move the recipe
+        plain = next(k for k in ("tensor1", "tensor0d", "float") if k in convention.scale_kinds)
+        points = [Point(d, k if k == "none" else plain, s) for d in dtypes for k, s in QUICK]
     else:
         points = [p for d in dtypes
                   for p in [Point(d, "none", 1.0)] + [Point(d, k, s) for s in FULL_SCALES for k in kinds]]

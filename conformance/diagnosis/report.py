@@ -262,6 +262,8 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_narrower(groups)
     _merge_raises(groups)
     _merge_same_exception(groups)
+    _merge_explained(groups)
+    _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
                                            else 99, k))
@@ -340,14 +342,68 @@ def _crash_symptoms(node: Node) -> None:
             f.key = crash.key
 
 
+def _merge_explained(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+    """A defect whose every minimal variant another defect's effect also explains is that defect: Triton's
+    approximate `/` lands on the correctly rounded quotient of another recipe in one Case (`rounding:divide`
+    fits it, and so does `approximate-division`) and off it in another (only `approximate-division` fits)."""
+    for key in list(groups):
+        if key not in groups:
+            continue
+        shared = None
+        for _, f in groups[key]:
+            options = set(f.facts.get("explanations") or [])
+            shared = options if shared is None else shared & options
+        hosts = sorted(k for k in (shared or set()) - {key} if k in groups)
+        if len(hosts) == 1:
+            for nodeid, f in groups.pop(key):
+                f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f"{f.title} (also explained as {hosts[0]})"}
+                f.key = hosts[0]
+                groups[hosts[0]].append((nodeid, f))
+
+
+def _hosts(groups: dict[str, list[tuple[str, Finding]]]) -> list[str]:
+    """The diagnosed defects: a trigger found by experiment, an effect that is not only a symptom."""
+    return [k for k in groups if "@" in k and not _symptom_only(k) and class_of(k) != "validation"]
+
+
+def _attribute_row_findings(groups: dict[str, list[tuple[str, Finding]]], nodes: dict[str, Node]) -> None:
+    """A capability row's failure that no replay reproduced (a GPU race between a padding or out-of-range
+    token and the token that owns the slot it lands on) is read by the row's text alone; the row varies
+    one dimension of the plain call, so what it found is a symptom of the one diagnosed defect that this
+    dimension triggers, when there is exactly one."""
+    for key in [k for k in groups if "@" not in k and class_of(k) != "validation"]:
+        kept = []
+        for nodeid, f in groups[key]:
+            node = nodes.get(nodeid)
+            row = str(node.params.get("row")) if node is not None and nodeid.startswith(PROBE_TEST) else ""
+            dims = set(ROW_TRIGGERS.get(row, "").split("+")) - {""}
+            hosts = [h for h in _hosts(groups) if h != key and trigger_set(h) & dims]
+            if len(hosts) != 1:
+                kept.append((nodeid, f))
+                continue
+            f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f"{f.title} (the {row} row, not reproduced "
+                                                                      "on replay)"}
+            f.key = hosts[0]
+            groups[hosts[0]].append((nodeid, f))
+        if kept:
+            groups[key] = kept
+        else:
+            groups.pop(key)
+
+
 def _attribute_crashes(groups: dict[str, list[tuple[str, Finding]]]) -> None:
-    """A crash, or an input changed by a stray write, that no replay could tie to a trigger: a symptom of
-    the run's one defect that writes out of place, when there is exactly one (a value, a raise or a scale
-    cannot write where it was not told to); otherwise it stays a defect of its own."""
+    """A crash, or an input changed by a stray write, that no replay could tie to a trigger (or whose
+    capability row's dimension triggers no diagnosed defect): a symptom of the run's one defect that writes
+    out of place, when there is exactly one (a value, a raise or a scale cannot write where it was not told
+    to); otherwise it stays a defect of its own."""
     hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
     if len(hosts) != 1:
         return
-    for key in [k for k in groups if class_of(k) in ("crash", "input-modified") and not trigger_of(k)]:
+    def unrelated(key: str) -> bool:
+        return not any(trigger_set(key) & trigger_set(h) for h in _hosts(groups))
+
+    for key in [k for k in groups if class_of(k) in ("crash", "input-modified") and
+                (not trigger_of(k) or (class_of(k) == "crash" and unrelated(k)))]:
         for nodeid, f in groups.pop(key):
             f.facts = {**f.facts, "symptom_of": hosts[0],
                        "symptom": f"{f.title} (attributed: the run's one defect that writes out of place)"}
