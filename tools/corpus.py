@@ -134,12 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", "reports/corpus"))
     parser.add_argument("--markdown", default=None, help="also write the table to this file")
     parser.add_argument("--from", dest="saved", default="",
-                        help="no run: the table of rows.jsonl files saved by earlier runs (comma-separated)")
+                        help="no run: the table of rows.jsonl files saved by earlier runs (comma-separated; "
+                             "an entry in several: the last file's row)")
     args = parser.parse_args(argv)
     if args.saved:
-        rows = [json.loads(line) for f in args.saved.split(",") for line in Path(f).read_text().splitlines() if line]
+        latest = {}  # an entry in several files: the last file's row (a re-run after a fix)
+        for f in args.saved.split(","):
+            for line in Path(f).read_text().splitlines():
+                if line:
+                    row = json.loads(line)
+                    latest[row["file"]] = {**row, "from": f}
         order = {e["file"]: i for i, e in enumerate(load_catalogue().CATALOGUE)}  # the catalogue's order
-        rows.sort(key=lambda r: order.get(r["file"], len(order)))
+        rows = sorted(latest.values(), key=lambda r: order.get(r["file"], len(order)))
         return publish(rows, f"## Corpus: the rows of {args.saved}", args.markdown)
     cat = load_catalogue()
     cuda = _cuda()
