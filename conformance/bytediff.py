@@ -60,7 +60,12 @@ def decode_e4m3(byte: int) -> float:
     return torch.tensor([byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float().item()
 
 
-def _scale_value(built: Built, which: str) -> float:
+def _scale_value(built: Built, which: str, head: int) -> float:
+    """The scale this head's bytes were written with: the call's per-head tensor element, when it
+    passed one (conformance/test_per_head.py), else the Case's one value."""
+    given = built.k_scale if which == "k_cache" else built.v_scale
+    if isinstance(given, torch.Tensor) and given.numel() > 1:
+        return float(given.reshape(-1)[head])
     scale = built.case.k_scale if which == "k_cache" else built.case.v_scale
     return scale.value if scale.kind != "none" else 1.0
 
@@ -83,7 +88,7 @@ def describe_byte(built: Built, which: str, flat: int, expected: int, actual: in
     if not tokens:
         return line + ": no token writes this slot"
     logical = built.k_logical if which == "k_cache" else built.v_logical
-    s = _scale_value(built, which)
+    s = _scale_value(built, which, pos.head)
     for t in tokens:
         x = logical[t, pos.head, pos.dim]
         width = x.element_size() * 8  # show the input's raw bits unsigned, at its own width

@@ -39,6 +39,7 @@ class Convention:
     loc_dtypes: tuple[str, ...] = LOC_DTYPES
     scale_kinds: tuple[str, ...] = SCALE_KINDS
     extra: tuple[tuple[int, object], ...] = ()  # (position, value) of constant arguments, e.g. "fp8"
+    per_head_scales: bool = False  # takes a [H] float32 k_scale / v_scale (conformance/test_per_head.py)
 
     @property
     def arguments(self) -> frozenset[str]:
@@ -101,7 +102,7 @@ class Convention:
         fn(*args, **keywords, **fixed)
 
 
-KVFP8 = Convention("kvfp8", {n: n for n in ARGUMENTS})
+KVFP8 = Convention("kvfp8", {n: n for n in ARGUMENTS}, per_head_scales=True)
 SGLANG = Convention("sglang", {n: n for n in POSITIONAL})
 VLLM = Convention(
     "vllm",

@@ -85,10 +85,13 @@ def _bad_float_scale(call: Call, built: Built, data: st.DataObject) -> None:
                                             float("-inf"), 1e-50, 1e39, 0)), label="bad_scale")
 
 
-def _scale_tensor(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, device: str | None = None):
+def _scale_tensor(shape: tuple[int, ...] | str, dtype: torch.dtype = torch.float32, device: str | None = None):
+    """A scale tensor of this shape; "heads+1": one value more than the heads (neither one value nor one
+    per head, which is a valid per-head scale)."""
     def apply(call: Call, built: Built, data: st.DataObject) -> None:
         name = _which(data, ("k_scale", "v_scale"), "argument")
-        call[name] = torch.ones(shape, dtype=dtype, device=device or built.k.device)
+        size = (built.case.num_heads + 1,) if shape == "heads+1" else shape
+        call[name] = torch.ones(size, dtype=dtype, device=device or built.k.device)
     return apply
 
 
@@ -226,7 +229,7 @@ MUTATIONS = [
              lambda c, b, d: c.__setitem__(_which(d, ("k_scale", "v_scale"), "argument"),
                                            d.draw(st.sampled_from(("0.5", [0.5], True, 1j)), label="scale"))),
     Mutation("scale-dtype", TypeError, r"[kv]_scale must be a float32 tensor", _scale_tensor((1,), torch.float64)),
-    Mutation("scale-numel", ValueError, r"[kv]_scale must be a 0-d or 1-element", _scale_tensor((2,))),
+    Mutation("scale-numel", ValueError, r"[kv]_scale must be a 0-d or 1-element", _scale_tensor("heads+1")),
     Mutation("scale-device", ValueError, r"[kv]_scale must be on \S+ like k", _scale_tensor((), device="meta")),
     Mutation("scale-value", ValueError, r"[kv]_scale must be a positive finite", _bad_float_scale),
     Mutation("expanded-cache", ValueError, r"(k|v)_cache must not be an expanded view", _expanded),

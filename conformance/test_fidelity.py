@@ -253,3 +253,16 @@ def test_the_reference_gives_the_same_bytes_on_cpu_and_cuda(case: Case):
     for name in ("k_cache", "v_cache"):
         report = diff_buffers(on_cpu, name, on_cpu.buffers[name], on_cuda.buffers[name].cpu())
         assert report is None, f"the reference's bytes depend on the device (CPU expected, CUDA actual):\n{report}"
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_per_head_scales_are_the_per_tensor_write_head_by_head(recipe):
+    """vLLM's per-head write (vllm#30141) indexes scale[head] in the per-tensor kernel's arithmetic: so the
+    spec's [H] scale must give, head by head, the bytes of the per-tensor write with that head's scale."""
+    heads = torch.tensor([0.3, 2.0**-5, 17.3, 1e-40, 3e38], dtype=torch.float32)  # non-dyadic, tiny, huge
+    for dtype in DTYPES.values():
+        x = all_patterns(dtype)[:65535].reshape(-1, len(heads), 1)  # every pattern but the last, 0x7FFF (NaN)
+        ours = quantize(x, heads.reshape(1, -1, 1), RECIPES[recipe])
+        for h, s in enumerate(heads.tolist()):
+            one = quantize(x[:, h], ScaleArg("float", s, None), RECIPES[recipe])
+            assert torch.equal(ours[:, h], one), (recipe, dtype, h, s)

@@ -91,7 +91,7 @@ def _split_scale(name: str, scale: object, device: torch.device) -> tuple[torch.
     if scale is None or isinstance(scale, torch.Tensor):
         return scale, None
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        _normalize_scale(name, scale, device)  # raises the same TypeError as the eager call
+        _normalize_scale(name, scale, device, 1)  # raises the same TypeError as the eager call
     return None, float(scale)
 
 

@@ -65,9 +65,9 @@ def _scale_key(scale: object) -> object:
     t = type(scale)
     if t is float or t is int:
         return _FLOAT_SCALE
-    if t is _TENSOR:
+    if t is _TENSOR and scale.numel() == 1:
         return (scale.dtype, scale.shape, scale.get_device())
-    return None
+    return None  # per-head scales (and anything else) take the slow path
 
 
 def call_key(k: object, v: object, k_cache: object, v_cache: object, cache_loc: object, k_scale: object,

@@ -55,7 +55,9 @@ def geometry(plan: Plan) -> Geometry:
     vc = Plan.cache_strides(plan.v_cache, plan.page_size)
     k, v = tuple(plan.k.stride()), tuple(plan.v.stride())
     heads, dim = plan.num_heads, plan.head_dim
-    if all(s_h == dim * s_d for s_h, s_d in ((k[1], k[2]), (v[1], v[2]), (kc[2], kc[3]), (vc[2], vc[3]))):
+    per_head = "per-head" in (plan.k_scale.kind, plan.v_scale.kind)  # the kernel needs each element's head
+    pairs = ((k[1], k[2]), (v[1], v[2]), (kc[2], kc[3]), (vc[2], vc[3]))
+    if not per_head and all(s_h == dim * s_d for s_h, s_d in pairs):
         return Geometry(1, heads * dim, (k[0], 0, k[2]), (v[0], 0, v[2]),
                         (kc[0], kc[1], 0, kc[3]), (vc[0], vc[1], 0, vc[3]))
     return Geometry(heads, dim, k, v, kc, vc)  # type: ignore[arg-type]
@@ -114,11 +116,13 @@ def _vectorizable(plan: Plan, g: Geometry) -> bool:
     return _vectorizable_layout(g) and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache))
 
 
-def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, float, int]:
-    """(pointer, value, from_pointer) for the kernel; a float travels by value."""
+def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
+    """(pointer, value, from_pointer, head stride) for the kernel; a float travels by value."""
+    if scale.kind == "per-head":
+        return scale.tensor, 0.0, 1, scale.tensor.stride(0)
     if scale.tensor is not None:
-        return scale.tensor, 0.0, 1
-    return dummy, scale.value, 0
+        return scale.tensor, 0.0, 1, 0
+    return dummy, scale.value, 0, 0
 
 
 def kernel_args(plan: Plan, software: bool,
@@ -129,19 +133,20 @@ def kernel_args(plan: Plan, software: bool,
     block_t, block_h, block_d, warps = (tile_for(g.dim, *tile) if tile
                                         else choose_tile(plan.num_tokens, g.heads, g.dim, software))
     grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(g.heads, block_h), triton.cdiv(g.dim, block_d))
-    ks_ptr, ks_value, ks_from_ptr = _scale_args(plan.k_scale, plan.cache_loc)
-    vs_ptr, vs_value, vs_from_ptr = _scale_args(plan.v_scale, plan.cache_loc)
+    ks_ptr, ks_value, ks_from_ptr, ks_stride = _scale_args(plan.k_scale, plan.cache_loc)
+    vs_ptr, vs_value, vs_from_ptr, vs_stride = _scale_args(plan.v_scale, plan.cache_loc)
     # Caches go to the kernel as bytes: one compiled variant serves fp8 and uint8 storage.
     k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     v_bytes = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     args = (plan.k, plan.v, k_bytes, v_bytes, plan.cache_loc, ks_ptr, vs_ptr,
-            ks_value, vs_value, ks_from_ptr, vs_from_ptr,
+            ks_value, vs_value, ks_from_ptr, vs_from_ptr, ks_stride, vs_stride,
             plan.num_tokens, g.heads, g.dim, plan.page_size, plan.num_slots, plan.cache_loc.stride(0),
             *g.k, *g.v, *g.k_cache, *g.v_cache)
     constexprs = dict(
         MUL_RECIPROCAL=r.scale_op == "mul_reciprocal", SCALE_IN_INPUT=r.scale_dtype == "input",
         INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
         SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, g),
+        K_PER_HEAD=plan.k_scale.kind == "per-head", V_PER_HEAD=plan.v_scale.kind == "per-head",
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
     )
     return grid, args, constexprs, warps
@@ -194,6 +199,9 @@ def fused_fp8_set_kv_buffer(
     encoder: str | None = None,
 ) -> None:
     """Quantize K and V to e4m3 and write token t to cache slot cache_loc[t], in one launch.
+
+    A scale is None (1.0), a float, a float32 tensor of one element, or a [H] float32 tensor of one
+    scale per head (head h's values divided by scale[h], as vLLM's per-head scales are).
 
     Slot s is page s // page_size, offset s % page_size. Negative entries are padding and write
     nothing. Entries >= the number of slots never write: with checked=True they raise ValueError

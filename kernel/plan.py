@@ -25,7 +25,7 @@ INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 CACHE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
 LOC_DTYPES = (torch.int32, torch.int64)
 
-ScaleKind = Literal["none", "float", "tensor"]
+ScaleKind = Literal["none", "float", "tensor", "per-head"]
 _F = TypeVar("_F", bound=Callable)
 
 
@@ -50,11 +50,14 @@ def not_traced(fn: _F) -> _F:
 
 @dataclass(frozen=True)
 class ScaleArg:
-    """A normalized scale: None and Python floats become fp32 values, tensors stay on the device."""
+    """A normalized scale: None and Python floats become fp32 values, tensors stay on the device.
+
+    "per-head" is a float32 tensor of one value per head ([H], any stride): head h's K (or V) is
+    scaled by tensor[h], as vLLM's per-attention-head scales are (vllm#30141)."""
 
     kind: ScaleKind
-    value: float  # the fp32-rounded value for "none" (1.0) and "float"; unused for "tensor"
-    tensor: torch.Tensor | None  # a float32 tensor of one element, for "tensor"
+    value: float  # the fp32-rounded value for "none" (1.0) and "float"; unused for tensors
+    tensor: torch.Tensor | None  # float32: one element for "tensor", [H] for "per-head"
 
 
 @dataclass(frozen=True)
@@ -172,20 +175,22 @@ def _judged(named: object) -> list[tuple[str, Layout, int]]:
     return out
 
 
-def _normalize_scale(name: str, scale: object, device: torch.device) -> ScaleArg:
+def _normalize_scale(name: str, scale: object, device: torch.device, heads: int) -> ScaleArg:
     if scale is None:
         return ScaleArg("none", 1.0, None)
     if isinstance(scale, bool) or not isinstance(scale, (float, int, torch.Tensor)):
-        raise _fail(TypeError, f"{name} must be None, a float or a 1-element float32 tensor, "
+        raise _fail(TypeError, f"{name} must be None, a float or a float32 tensor (one value, or one per head), "
                     f"got {type(scale).__name__}")
     if isinstance(scale, torch.Tensor):
         if scale.dtype != torch.float32:
             raise _fail(TypeError, f"{name} must be a float32 tensor, got {scale.dtype}")
-        if scale.numel() != 1:
-            raise _fail(ValueError, f"{name} must be a 0-d or 1-element tensor, got shape {list(scale.shape)}")
+        per_head = scale.dim() == 1 and scale.shape[0] == heads and heads > 1
+        if scale.numel() != 1 and not per_head:
+            raise _fail(ValueError, f"{name} must be a 0-d or 1-element tensor, or a [{heads}] tensor of one "
+                        f"value per head, got shape {list(scale.shape)}")
         if scale.device != device:
             raise _fail(ValueError, f"{name} must be on {device} like k, got {scale.device}")
-        return ScaleArg("tensor", math.nan, scale)
+        return ScaleArg("per-head" if per_head else "tensor", math.nan, scale)
     value = float(scale)
     try:  # RNE double -> float, as the kernel argument will be (and cheaper than a torch op)
         fp32 = struct.unpack("f", struct.pack("f", value))[0]
@@ -254,8 +259,8 @@ def make_plan(
         raise _fail(ValueError, f"cache_loc entries must be < {num_slots} (the cache's slots) or "
                     f"negative (padding), got {bad}")
 
-    ks = _normalize_scale("k_scale", k_scale, device)
-    vs = _normalize_scale("v_scale", v_scale, device)
+    ks = _normalize_scale("k_scale", k_scale, device, heads)
+    vs = _normalize_scale("v_scale", v_scale, device, heads)
     _check_disjoint(k_cache, v_cache, k, v, cache_loc, ks.tensor, vs.tensor)
     return Plan(
         num_tokens=k3.shape[0],

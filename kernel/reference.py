@@ -118,6 +118,14 @@ def scale_to_fp32(scale: ScaleArg, device: torch.device) -> torch.Tensor:
     return torch.full((), scale.value, dtype=torch.float64, device=device).to(torch.float32)
 
 
+def head_scales(scale: ScaleArg, heads: int, device: torch.device) -> torch.Tensor:
+    """One fp32 scale per head, [H]: a per-head tensor as given (vLLM indexes it scale[head]: vllm#30141);
+    any other scale, the same value for every head."""
+    if scale.kind == "per-head":
+        return scale.tensor.reshape(heads)
+    return scale_to_fp32(scale, device).expand(heads)
+
+
 def scaled(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """The fp32 values the recipe hands to the e4m3 rounding: scale, then the intermediate rounding.
 
@@ -146,15 +154,15 @@ def write_slots(plan: Plan) -> None:
     """Quantize each written token's K and V and store the bytes at slot cache_loc[t], which is page
     slot // page_size, offset slot % page_size. Negative or out-of-range slots write nothing.
 
-    K and V go through `quantize` as one batch of two, each with its own scale: the same steps on
-    the same values, in half the device launches.
+    K and V go through `quantize` as one batch of two, each with its own scales (one per head): the
+    same steps on the same values, in half the device launches.
     """
     loc = plan.cache_loc.to(torch.int64)
     tokens = ((loc >= 0) & (loc < plan.num_slots)).nonzero().flatten()
     slots = loc[tokens]
     index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
-    scales = torch.stack([scale_to_fp32(s, plan.k.device) for s in (plan.k_scale, plan.v_scale)])
-    data = quantize(torch.stack((plan.k, plan.v))[:, tokens], scales.reshape(2, 1, 1, 1), plan.recipe)
+    scales = torch.stack([head_scales(s, plan.num_heads, plan.k.device) for s in (plan.k_scale, plan.v_scale)])
+    data = quantize(torch.stack((plan.k, plan.v))[:, tokens], scales.reshape(2, 1, plan.num_heads, 1), plan.recipe)
     for cache, bytes_ in ((plan.k_cache, data[0]), (plan.v_cache, data[1])):
         # A view (none needed for uint8): writes land in the caller's storage.
         cache_bytes = cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)

@@ -8,6 +8,9 @@ code, and its registers, in one kernel, which cost bandwidth: docs/results/kerne
 Pointer alignment is not specialized (each of 7 pointers would double the variants); VEC says, after
 the wrapper has checked, that every row starts 16-byte aligned, which 16-byte loads and stores need.
 
+A scale is a float argument, one tensor element, or (K_PER_HEAD / V_PER_HEAD) one element per head:
+the wrapper then keeps H and D apart, so that the tile's head index is the head.
+
 Two interchangeable e4m3 encoders, chosen by the SOFTWARE constexpr:
 - hardware: Triton's cast, `cvt.rn.satfinite.e4m3` on sm_89+ (RNE, ±448 saturation, NaN -> 0x7F),
   with an explicit fix-up for the recipes whose overflow is NaN;
@@ -23,7 +26,7 @@ import triton.language as tl
 
 POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr", "ks_ptr", "vs_ptr"]
 INT_ARGS = [
-    "ks_from_ptr", "vs_from_ptr",
+    "ks_from_ptr", "vs_from_ptr", "ks_stride", "vs_stride",
     "T", "H", "D", "page_size", "num_slots", "loc_stride",
     "k_st", "k_sh", "k_sd", "v_st", "v_sh", "v_sd",
     "kc_sp", "kc_so", "kc_sh", "kc_sd", "vc_sp", "vc_so", "vc_sh", "vc_sd",
@@ -104,12 +107,16 @@ def _e4m3_hw(y, SATURATE: tl.constexpr):
 
 
 @triton.jit
-def _load_scale(ptr, value, from_ptr, IN_DTYPE: tl.constexpr, SCALE_IN_INPUT: tl.constexpr,
-                SOFTWARE: tl.constexpr):
-    """The scale as fp32: the float argument, or the tensor's one element, rounded if the recipe says."""
-    s = tl.full((), value, tl.float32)  # the interpreter would type an fp32 subnormal as fp64
-    if from_ptr != 0:
-        s = tl.load(ptr).to(tl.float32)
+def _load_scale(ptr, value, from_ptr, stride, h64, h_ok, IN_DTYPE: tl.constexpr, SCALE_IN_INPUT: tl.constexpr,
+                SOFTWARE: tl.constexpr, PER_HEAD: tl.constexpr):
+    """The scale as fp32: the float argument, or the tensor's one element, rounded if the recipe says.
+    PER_HEAD: one scale per head of the tile, tensor[h] ([1, BLOCK_H, 1]; heads past H read 1.0)."""
+    if PER_HEAD:
+        s = tl.load(ptr + h64 * stride, mask=h_ok, other=1.0).to(tl.float32)[None, :, None]
+    else:
+        s = tl.full((), value, tl.float32)  # the interpreter would type an fp32 subnormal as fp64
+        if from_ptr != 0:
+            s = tl.load(ptr).to(tl.float32)
     if SCALE_IN_INPUT:
         s = _round_input(s, IN_DTYPE, SOFTWARE)
     return s
@@ -146,7 +153,7 @@ def _markstein(x32, s):
 
 
 @triton.jit
-def _divide(x32, s, EXACT_FMA: tl.constexpr):
+def _divide(x32, s, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr):
     """x / s, correctly rounded like IEEE fp32 division wherever a byte can depend on it.
 
     Scales outside [2**-64, 2**126] (subnormal scales included) are first brought into it: x and s
@@ -162,7 +169,10 @@ def _divide(x32, s, EXACT_FMA: tl.constexpr):
     subnormal and huge scales) and tools.sweep_fp32.
     """
     if EXACT_FMA:
-        if (s >= 2.0**-64) & (s <= 2.0**126):
+        if PER_HEAD:  # a scale per head: the same scaling, chosen per lane (k = 1 is exact)
+            kh = tl.where((s >= 2.0**-64) & (s <= 2.0**126), 1.0, tl.where(s < 1.0, 2.0**100, 2.0**-100))
+            q = _markstein(x32 * kh, s * kh)
+        elif (s >= 2.0**-64) & (s <= 2.0**126):
             q = _markstein(x32, s)
         else:
             k = tl.where(s < 1.0, 2.0**100, 2.0**-100)
@@ -174,7 +184,7 @@ def _divide(x32, s, EXACT_FMA: tl.constexpr):
 
 @triton.jit
 def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SATURATE: tl.constexpr,
-              IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr):
+              IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr):
     """Input values -> e4m3 bytes under the recipe's switches (see kernel/recipe.py)."""
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
         # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (0x8001 -> -0).
@@ -184,7 +194,7 @@ def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SA
     if MUL_RECIPROCAL:
         y = x32 * tl.math.div_rn(1.0, s)
     else:
-        y = _divide(x32, s, EXACT_FMA)
+        y = _divide(x32, s, EXACT_FMA, PER_HEAD)
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
         byte = _e4m3_sw(y, SATURATE, INTERMEDIATE)  # the encoder rounds to bf16 itself, with fp32 adds
     else:
@@ -215,12 +225,13 @@ def _pointers(base, rows, h64, d64, s_h, s_d, VEC: tl.constexpr):
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def fp8_kv_write(
     k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
-    ks_value, vs_value, ks_from_ptr, vs_from_ptr,
+    ks_value, vs_value, ks_from_ptr, vs_from_ptr, ks_stride, vs_stride,
     T, H, D, page_size, num_slots, loc_stride,
     k_st, k_sh, k_sd, v_st, v_sh, v_sd,
     kc_sp, kc_so, kc_sh, kc_sd, vc_sp, vc_so, vc_sh, vc_sd,
     MUL_RECIPROCAL: tl.constexpr, SCALE_IN_INPUT: tl.constexpr, INTERMEDIATE: tl.constexpr,
     SATURATE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, VEC: tl.constexpr,
+    K_PER_HEAD: tl.constexpr, V_PER_HEAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -242,8 +253,10 @@ def fp8_kv_write(
     v_slot_rows = page * vc_sp + offset * vc_so
     mask = inside & writes[:, None, None]
 
-    ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, k_ptr.dtype.element_ty, SCALE_IN_INPUT, SOFTWARE)
-    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, k_ptr.dtype.element_ty, SCALE_IN_INPUT, SOFTWARE)
+    ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, ks_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
+                     SOFTWARE, K_PER_HEAD)
+    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, vs_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
+                     SOFTWARE, V_PER_HEAD)
 
     # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the
     # reads need not wait for cache_loc: masked by `writes`, a decode call was two dependent DRAM
@@ -251,8 +264,10 @@ def fp8_kv_write(
     # compiler knows, so this order is what keeps K's and V's reads in flight together.
     xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
     xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
-    bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA)
+    bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
+                   K_PER_HEAD)
     tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
-    bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA)
+    bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
+                   V_PER_HEAD)
     tl.store(_pointers(vc_ptr, v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
 

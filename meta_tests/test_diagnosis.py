@@ -208,3 +208,16 @@ def test_a_capability_rows_unreproduced_failure_joins_the_defect_its_dimension_t
     _attribute_row_findings(groups, nodes)
     assert sorted(groups) == ["outside:slots", "padding:slot-0@padding"], sorted(groups)
     assert outside.facts["symptom_of"] == "padding:slot-0@padding"
+
+
+def test_a_crash_goes_to_the_one_out_of_place_defect_whose_trigger_its_case_has(tmp_path) -> None:
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_by_case
+    differ = tmp_path / "differ.json"
+    differ.write_text(_case(v_cache_layout=Layout((0, 1, 2, 3), (0, 0, 1, 0))).to_json())
+    crash = Finding("crash", "crash", "crashes", case_file=str(differ))
+    unsaved = Finding("crash", "crash", "crashes")
+    hosts = ["strides:other-cache@cache-layouts-differ", "strides:inputs-heads-ignored@strided-input"]
+    groups = {h: [] for h in hosts} | {"crash": [("a", crash), ("b", unsaved)]}
+    _attribute_by_case(groups, hosts)
+    assert crash.key == "strides:other-cache@cache-layouts-differ" and groups["crash"] == [("b", unsaved)]

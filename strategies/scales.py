@@ -188,3 +188,23 @@ def scales(name: str = "k_scale", kinds: tuple[str, ...] | None = None, rounded_
         raise ValueError(f"scale kinds must be a non-empty subset of {SCALE_KINDS}, got {kinds!r}")
     scale_values(rounded_to, always_rounded)  # checks them now, when the strategy is built
     return _scales(name, kinds, rounded_to, always_rounded)
+
+
+@st.composite
+def _per_head_values(draw: st.DrawFn, heads: int, rounded_to: str | None) -> tuple[float, ...]:
+    first = draw(scale_values(rounded_to), label="head_0_scale")
+    rest = [draw(st.one_of(st.just(first), scale_values(rounded_to)), label=f"head_{h}_scale")
+            for h in range(1, heads)]
+    return (first, *rest)
+
+
+@lru_cache(maxsize=64)
+def per_head_values(heads: int, rounded_to: str | None = None) -> st.SearchStrategy[tuple[float, ...]]:
+    """One positive finite fp32 scale per head (a `[heads]` tensor's values), each as scale_values(rounded_to)
+    or the first head's value again: heads that share a scale sit beside heads that do not, as in a
+    checkpoint's per-head scales. Shrinks toward every head at the first head's value, a power of two.
+    """
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 2:
+        raise InvalidArgument(f"per_head_values(heads): an int >= 2 (one head is a per-tensor scale), got {heads!r}")
+    scale_values(rounded_to)  # checks rounded_to now, when the strategy is built
+    return _per_head_values(heads, rounded_to)

@@ -179,6 +179,8 @@ def _rows() -> list[InputClass]:
             rows.append(InputClass(f"{which}-{kind}", f"{which} {KIND_TITLES[kind]} ({other} as in the plain call)",
                                    _scale(which, kind)))
     rows.append(InputClass("empty", "T = 0 (an empty batch)", _empty))
+    rows.append(InputClass("per-head-scales", "per-head scales: a [H] float32 k_scale or v_scale (vllm#30141)",
+                           tests=(("test_per_head", "*", ()),)))
     for kind in SCALE_KINDS:
         rows.append(InputClass(f"graph-{kind}", f"CUDA-graph capture and replay, scales {KIND_TITLES[kind]}",
                                tests=_graph_tests(kind), needs="cuda"))

@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.diagnosis.ablation import words
+from conformance.diagnosis.ablation import BY_NAME, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
 from conformance.diagnosis.diagnose import class_of, same_effect, trigger_of, trigger_set
 from kernel import RECIPES
+from strategies.case import Case
+
+#: The run's findings by key: (nodeid, finding) pairs; one key, one defect of the report.
+Groups = dict[str, list[tuple[str, Finding]]]
 
 SCHEMA = "kvfp8-conformance-report/2"  # 2: keys are effect@trigger
 #: How bad a cell is; a cell whose rank rises between two reports is a regression. Unranked: n/a, not run.
@@ -255,7 +259,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _cover(findings)
     for n in nodes.values():
         _crash_symptoms(n)
-    groups: dict[str, list[tuple[str, Finding]]] = {}
+    groups: Groups = {}
     for n in nodes.values():
         for f in n.findings:
             groups.setdefault(f.key, []).append((n.nodeid, f))
@@ -303,7 +307,25 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     return defects
 
 
-def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+def _move(groups: Groups, key: str, host_of) -> None:
+    """List key's findings under another defect: host_of(nodeid, finding) gives (host, why), or None to
+    keep the finding where it is. A moved finding keeps its own title as the symptom it shows."""
+    kept = []
+    for nodeid, f in groups.pop(key):
+        found = host_of(nodeid, f)
+        if found is None:
+            kept.append((nodeid, f))
+            continue
+        host, why = found
+        if why is not None:  # None: the same defect under another key (nested triggers), not a symptom
+            f.facts = {**f.facts, "symptom_of": host, "symptom": f"{f.title}{why}"}
+        f.key = host
+        groups[host].append((nodeid, f))
+    if kept:
+        groups[key] = kept
+
+
+def _merge_narrower(groups: Groups) -> None:
     """One effect under two triggers, one inside the other (E@uint8 and E@uint8+int32): one defect, under
     the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
     symptom, not from the cause."""
@@ -312,9 +334,7 @@ def _merge_narrower(groups: dict[str, list[tuple[str, Finding]]]) -> None:
                     and trigger_set(k) < trigger_set(key)]
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
-            for nodeid, f in groups.pop(key):
-                f.key = host
-                groups[host].append((nodeid, f))
+            _move(groups, key, lambda _n, _f, host=host: (host, None))
 
 
 #: Classes that say what happened, not why: a raise, a crash, bytes no model explains.
@@ -342,7 +362,7 @@ def _crash_symptoms(node: Node) -> None:
             f.key = crash.key
 
 
-def _merge_explained(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+def _merge_explained(groups: Groups) -> None:
     """A defect whose every minimal variant another defect's effect also explains is that defect: Triton's
     approximate `/` lands on the correctly rounded quotient of another recipe in one Case (`rounding:divide`
     fits it, and so does `approximate-division`) and off it in another (only `approximate-division` fits)."""
@@ -355,67 +375,83 @@ def _merge_explained(groups: dict[str, list[tuple[str, Finding]]]) -> None:
             shared = options if shared is None else shared & options
         hosts = sorted(k for k in (shared or set()) - {key} if k in groups)
         if len(hosts) == 1:
-            for nodeid, f in groups.pop(key):
-                f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f"{f.title} (also explained as {hosts[0]})"}
-                f.key = hosts[0]
-                groups[hosts[0]].append((nodeid, f))
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, f" (also explained as {host})"))
 
 
-def _hosts(groups: dict[str, list[tuple[str, Finding]]]) -> list[str]:
+def _hosts(groups: Groups) -> list[str]:
     """The diagnosed defects: a trigger found by experiment, an effect that is not only a symptom."""
     return [k for k in groups if "@" in k and not _symptom_only(k) and class_of(k) != "validation"]
 
 
-def _attribute_row_findings(groups: dict[str, list[tuple[str, Finding]]], nodes: dict[str, Node]) -> None:
+def _attribute_row_findings(groups: Groups, nodes: dict[str, Node]) -> None:
     """A capability row's failure that no replay reproduced (a GPU race between a padding or out-of-range
     token and the token that owns the slot it lands on) is read by the row's text alone; the row varies
     one dimension of the plain call, so what it found is a symptom of the one diagnosed defect that this
     dimension triggers, when there is exactly one."""
+    def host_of(nodeid: str, _f: Finding, key: str) -> tuple[str, str] | None:
+        node = nodes.get(nodeid)
+        row = str(node.params.get("row")) if node is not None and nodeid.startswith(PROBE_TEST) else ""
+        dims = set(ROW_TRIGGERS.get(row, "").split("+")) - {""}
+        hosts = [h for h in _hosts(groups) if h != key and trigger_set(h) & dims]
+        return (hosts[0], f" (the {row} row, not reproduced on replay)") if len(hosts) == 1 else None
+
     for key in [k for k in groups if "@" not in k and class_of(k) != "validation"]:
-        kept = []
-        for nodeid, f in groups[key]:
-            node = nodes.get(nodeid)
-            row = str(node.params.get("row")) if node is not None and nodeid.startswith(PROBE_TEST) else ""
-            dims = set(ROW_TRIGGERS.get(row, "").split("+")) - {""}
-            hosts = [h for h in _hosts(groups) if h != key and trigger_set(h) & dims]
-            if len(hosts) != 1:
-                kept.append((nodeid, f))
-                continue
-            f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f"{f.title} (the {row} row, not reproduced "
-                                                                      "on replay)"}
-            f.key = hosts[0]
-            groups[hosts[0]].append((nodeid, f))
-        if kept:
-            groups[key] = kept
-        else:
-            groups.pop(key)
+        _move(groups, key, lambda n, f, key=key: host_of(n, f, key))
 
 
-def _attribute_crashes(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+def _attribute_crashes(groups: Groups) -> None:
     """A crash, or an input changed by a stray write, that no replay could tie to a trigger (or whose
     capability row's dimension triggers no diagnosed defect): a symptom of the run's one defect that writes
     out of place, when there is exactly one (a value, a raise or a scale cannot write where it was not told
     to); otherwise it stays a defect of its own."""
     hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
+    _attribute_by_case(groups, hosts)
     if len(hosts) != 1:
         return
+
     def unrelated(key: str) -> bool:
         return not any(trigger_set(key) & trigger_set(h) for h in _hosts(groups))
 
     for key in [k for k in groups if class_of(k) in ("crash", "input-modified") and
                 (not trigger_of(k) or (class_of(k) == "crash" and unrelated(k)))]:
-        for nodeid, f in groups.pop(key):
-            f.facts = {**f.facts, "symptom_of": hosts[0],
-                       "symptom": f"{f.title} (attributed: the run's one defect that writes out of place)"}
-            f.key = hosts[0]
-            groups[hosts[0]].append((nodeid, f))
+        _move(groups, key, lambda _n, _f: (hosts[0], " (attributed: the run's one defect that writes out of place)"))
+
+
+def _present(dimension: str, case: Case) -> bool:
+    """Whether the Case has this trigger dimension (its ablation has somewhere to move it)."""
+    ablation = BY_NAME.get(dimension)
+    return ablation is not None and next(iter(ablation.variants(case, "tensor1")), None) is not None
+
+
+def _attribute_by_case(groups: Groups, hosts: list[str]) -> None:
+    """A crash whose test saved its Case before the process died: a symptom of the one out-of-place defect
+    whose whole trigger that Case has (two such defects, or none: it stays a crash of its own)."""
+    if len(hosts) < 2:
+        return  # one host: _attribute_crashes; none: nothing to attribute to
+    def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
+        case = _case_of(f)
+        fits = [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+        if len(fits) != 1:
+            return None
+        return fits[0], f" (attributed: its Case has {trigger_of(fits[0])} and no other out-of-place defect's trigger)"
+
+    for key in [k for k in groups if class_of(k) == "crash"]:
+        _move(groups, key, host_of)
+
+
+def _case_of(f: Finding) -> Case | None:
+    from conformance.artifacts import load_case
+    try:
+        return load_case(f.case_file)[0] if f.case_file else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _symptom_only(key: str) -> bool:
     return class_of(key) in SYMPTOM_ONLY or key.split("@", 1)[0].endswith(":unexplained")
 
 
-def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+def _merge_raises(groups: Groups) -> None:
     """One cause, one defect: a raise, a crash or an unexplained diff whose trigger holds another defect's
     whole trigger (an IndexError on some padding values and wrong bytes on the others; a uint8 value cast
     that also garbles the slot padding tokens are parked on) is a symptom of that defect, listed under it.
@@ -425,13 +461,10 @@ def _merge_raises(groups: dict[str, list[tuple[str, Finding]]]) -> None:
                  and not _symptom_only(k) and class_of(k) != "validation"]
         best = [h for h in hosts if len(trigger_set(h)) == max(len(trigger_set(x)) for x in hosts)]
         if len(best) == 1:
-            for nodeid, f in groups.pop(key):
-                f.facts = {**f.facts, "symptom_of": best[0], "symptom": f.title}
-                f.key = best[0]
-                groups[best[0]].append((nodeid, f))
+            _move(groups, key, lambda _n, _f, host=best[0]: (host, ""))
 
 
-def _merge_same_exception(groups: dict[str, list[tuple[str, Finding]]]) -> None:
+def _merge_same_exception(groups: Groups) -> None:
     """A raise that no replay tied to a trigger (raised under a graph capture, say) is a symptom of the one
     diagnosed raise of the same exception type, when there is exactly one."""
     def etype(key: str) -> str:
@@ -439,10 +472,7 @@ def _merge_same_exception(groups: dict[str, list[tuple[str, Finding]]]) -> None:
     for key in [k for k in groups if class_of(k) == "raises" and not trigger_set(k) and "@" not in k]:
         hosts = [k for k in groups if "@" in k and etype(k) and etype(k) == etype(key)]
         if len(hosts) == 1:
-            for nodeid, f in groups.pop(key):
-                f.facts = {**f.facts, "symptom_of": hosts[0], "symptom": f.title}
-                f.key = hosts[0]
-                groups[hosts[0]].append((nodeid, f))
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, ""))
 
 
 def pytest_command(nodeid: str, base: dict[str, str]) -> str:

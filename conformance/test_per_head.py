@@ -1,0 +1,73 @@
+"""Per-head scales: a float32 k_scale or v_scale of shape [H], head h's bytes scaled by scale[h].
+
+vLLM's per-attention-head FP8 KV-cache scales (vllm#30141) reach the write as `[num_kv_heads]` tensors,
+indexed `scale[head]`. The spec (kernel.reference.head_scales) applies the held recipe with each head's
+own scale; every other step is the per-tensor write's. One scale tensor may be per-head and the other
+not; a per-head tensor may be a strided view (a column of a [2, H] K/V scale table, say).
+
+Only implementations whose convention passes per-head scales are called (the kvfp8 convention: this
+repository's kernel); the others skip, saying so. Cases here are not saved as failure files: a Case
+holds one scale per cache, so the report quotes the per-head values instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from conformance.bytediff import compare_caches
+from conformance.harness import fail, run_impl, run_reference
+from strategies.build import Built, build
+from strategies.scales import per_head_values
+
+
+def _per_head(built: Built, name: str, values: tuple[float, ...], step: int) -> Built:
+    """built with `name` replaced by a [H] float32 view (every `step`-th element of a fresh buffer)."""
+    buffer = torch.full((len(values) * step,), float("nan"), dtype=torch.float32, device=built.k.device)
+    view = buffer[::step]
+    view.copy_(torch.tensor(values, dtype=torch.float32))
+    return dataclasses.replace(built, **{name: view})
+
+
+@given(data=st.data())
+def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
+    if not impl.convention.per_head_scales:
+        pytest.skip(f"the {impl.convention.name} convention passes no per-head scales (a [H] k_scale/v_scale)")
+    size = "large" if device.type == "cuda" else "small"
+    case = data.draw(impl.cases(recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
+    assume(case.num_heads >= 2)
+    which = data.draw(st.sampled_from((("k_scale",), ("v_scale",), ("k_scale", "v_scale"))), label="per_head")
+    values = {name: data.draw(per_head_values(case.num_heads), label=f"{name}_per_head") for name in which}
+    step = data.draw(st.sampled_from((1, 2)), label="scale_step")
+    expected, actual = build(case, device), build(case, device)
+    for name, vals in values.items():
+        expected, actual = _per_head(expected, name, vals, step), _per_head(actual, name, vals, step)
+    run_reference(case, device, expected)
+    actual, error = run_impl(case, impl, device, actual)
+    given_scales = "; ".join(f"{name}[h] = {list(vals)} (stride {step})" for name, vals in values.items())
+    if error:
+        fail(impl, f"raises on a valid call with per-head scales ({given_scales}):", error)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(impl, f"differs from the reference with per-head scales ({given_scales}; recipe {case.recipe}):",
+             report)
+
+
+@pytest.mark.parametrize("shape", [(2,), (1, 3), (3, 1)])
+def test_a_scale_of_another_shape_is_refused(shape, impl, device):
+    """A scale that is neither one value nor [H] values (H = 3 here) is a ValueError naming it."""
+    if not impl.convention.per_head_scales:
+        pytest.skip(f"the {impl.convention.name} convention passes no per-head scales (a [H] k_scale/v_scale)")
+    from strategies.case import Case
+    case = impl.fit(Case(num_tokens=2, num_heads=3, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
+                         seed=1, recipe=impl.recipe or "unfused"))
+    built = dataclasses.replace(build(case, device), k_scale=torch.ones(shape, dtype=torch.float32, device=device))
+    before = built.snapshot()
+    with pytest.raises(ValueError, match=r"k_scale must be a 0-d or 1-element tensor, or a \[3\] tensor"):
+        impl.run(built)
+    for name in ("k_cache", "v_cache"):
+        assert torch.equal(built.buffers[name], before[name]), f"{name} was written before the error"
