@@ -5,6 +5,7 @@ indexed `scale[head]`. The spec (kernel.reference.head_scales) applies the held 
 own scale; every other step is the per-tensor write's. One scale tensor may be per-head and the other
 not; a per-head tensor may be a strided view (a column of a [2, H] K/V scale table, say).
 
+Also: the scale tensor is left unmodified, and (CUDA) a captured call reads it when replayed.
 Only implementations whose convention passes per-head scales are called (the kvfp8 convention: this
 repository's kernel); the others skip, saying so. Cases here are not saved as failure files: a Case
 holds one scale per cache, so the report quotes the per-head values instead.
@@ -16,27 +17,34 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
 from conformance.harness import fail, run_impl, run_reference
+from conformance.impls import test_device as _test_device  # not collected as a test
 from strategies.build import Built, build
+from strategies.case import Case
 from strategies.scales import per_head_values
 
 
 def _per_head(built: Built, name: str, values: tuple[float, ...], step: int) -> Built:
-    """built with `name` replaced by a [H] float32 view (every `step`-th element of a fresh buffer)."""
+    """built with `name` replaced by a [H] float32 view: every `step`-th element of a fresh buffer whose
+    gaps hold NaN (a kernel that reads a gap writes NaN bytes)."""
     buffer = torch.full((len(values) * step,), float("nan"), dtype=torch.float32, device=built.k.device)
     view = buffer[::step]
     view.copy_(torch.tensor(values, dtype=torch.float32))
     return dataclasses.replace(built, **{name: view})
 
 
-@given(data=st.data())
-def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
+def _skip_unless_per_head(impl) -> None:
     if not impl.convention.per_head_scales:
         pytest.skip(f"the {impl.convention.name} convention passes no per-head scales (a [H] k_scale/v_scale)")
+
+
+@given(data=st.data())
+def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
+    _skip_unless_per_head(impl)
     size = "large" if device.type == "cuda" else "small"
     case = data.draw(impl.cases(recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
     assume(case.num_heads >= 2)
@@ -47,6 +55,7 @@ def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
     for name, vals in values.items():
         expected, actual = _per_head(expected, name, vals, step), _per_head(actual, name, vals, step)
     run_reference(case, device, expected)
+    scales_before = {name: getattr(actual, name)._base.clone() for name in values}
     actual, error = run_impl(case, impl, device, actual)
     given_scales = "; ".join(f"{name}[h] = {list(vals)} (stride {step})" for name, vals in values.items())
     if error:
@@ -55,14 +64,45 @@ def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
     if report:
         fail(impl, f"differs from the reference with per-head scales ({given_scales}; recipe {case.recipe}):",
              report)
+    for name, before in scales_before.items():
+        if not torch.equal(getattr(actual, name)._base.view(torch.int32), before.view(torch.int32)):
+            fail(impl, f"modified its input {name} (a per-head scale tensor, {given_scales}):",
+                 f"{name}'s buffer before: {before.tolist()}, after: {getattr(actual, name)._base.tolist()}")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_test_device().type != "cuda", reason="CUDA graphs need CUDA (no CUDA device here, or "
+                                                        "TRITON_INTERPRET is set)")
+@settings(max_examples=max(10, settings().max_examples // 5))
+@given(data=st.data())
+def test_per_head_scales_are_read_at_replay(data, impl, device):
+    """A captured call reads its per-head scale tensor when replayed: values copied in after the capture
+    are the ones the replay's bytes follow (a checkpoint's scales loaded after the graphs were captured)."""
+    from conformance.test_graphs import _call, capture, graph_cases, restore
+    _skip_unless_per_head(impl)
+    case = data.draw(graph_cases(impl), label="case")
+    assume(case.num_heads >= 2)
+    captured_values = data.draw(per_head_values(case.num_heads), label="captured_k_scale")
+    new_values = data.draw(per_head_values(case.num_heads), label="replayed_k_scale")
+    built = _per_head(build(case, device), "k_scale", captured_values, 1)
+    pristine = built.snapshot()
+    graph = capture(impl, [_call(impl, built)], [case])
+    restore(built, pristine)
+    built.k_scale.copy_(torch.tensor(new_values, dtype=torch.float32))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = _per_head(build(case, device), "k_scale", new_values, 1)
+    run_reference(case, device, expected)
+    report = compare_caches(expected, built)
+    if report:
+        fail(impl, f"a replay does not follow per-head scales copied in after the capture (captured "
+                   f"{list(captured_values)}, replayed with {list(new_values)}; recipe {case.recipe}):", report)
 
 
 @pytest.mark.parametrize("shape", [(2,), (1, 3), (3, 1)])
 def test_a_scale_of_another_shape_is_refused(shape, impl, device):
     """A scale that is neither one value nor [H] values (H = 3 here) is a ValueError naming it."""
-    if not impl.convention.per_head_scales:
-        pytest.skip(f"the {impl.convention.name} convention passes no per-head scales (a [H] k_scale/v_scale)")
-    from strategies.case import Case
+    _skip_unless_per_head(impl)
     case = impl.fit(Case(num_tokens=2, num_heads=3, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
                          seed=1, recipe=impl.recipe or "unfused"))
     built = dataclasses.replace(build(case, device), k_scale=torch.ones(shape, dtype=torch.float32, device=device))
