@@ -5,7 +5,8 @@ indexed `scale[head]`. The spec (kernel.reference.head_scales) applies the held 
 own scale; every other step is the per-tensor write's. One scale tensor may be per-head and the other
 not; a per-head tensor may be a strided view (a column of a [2, H] K/V scale table, say).
 
-Also: the scale tensor is left unmodified, and (CUDA) a captured call reads it when replayed.
+Also: the scale tensor is left unmodified; one value for every head writes what that value as one
+element writes; and (CUDA) a captured call reads the tensor when replayed.
 Only implementations whose convention passes per-head scales are called (the kvfp8 convention: this
 repository's kernel); the others skip, saying so. Cases here are not saved as failure files: a Case
 holds one scale per cache, so the report quotes the per-head values instead.
@@ -68,6 +69,26 @@ def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
         if not torch.equal(getattr(actual, name)._base.view(torch.int32), before.view(torch.int32)):
             fail(impl, f"modified its input {name} (a per-head scale tensor, {given_scales}):",
                  f"{name}'s buffer before: {before.tolist()}, after: {getattr(actual, name)._base.tolist()}")
+
+
+@given(data=st.data())
+def test_one_scale_for_every_head_is_the_per_tensor_write(data, impl, device, recipe):
+    """Equivalence: a [H] scale holding one value everywhere writes what that value as a one-element
+    tensor writes (both calls of the implementation itself, whole caches compared)."""
+    _skip_unless_per_head(impl)
+    case = data.draw(impl.cases(recipes=(recipe,), size="small", allow_out_of_range=True), label="case")
+    assume(case.num_heads >= 2 and case.k_scale.kind != "none")
+    value = case.k_scale.value
+    one = dataclasses.replace(build(case, device), k_scale=torch.tensor([value], dtype=torch.float32, device=device))
+    every = _per_head(build(case, device), "k_scale", (value,) * case.num_heads, 1)
+    for built in (one, every):
+        _, error = run_impl(case, impl, device, built)
+        if error:
+            fail(impl, f"raises on a valid call (k_scale {list(built.k_scale.shape)} of {value!r}):", error)
+    report = compare_caches(one, every)
+    if report:
+        fail(impl, f"k_scale of {value!r} for each of {case.num_heads} heads writes other bytes than k_scale "
+                   f"[{value!r}] (recipe {case.recipe}; expected: the one-element call's bytes):", report)
 
 
 @pytest.mark.cuda

@@ -155,7 +155,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated recipes (default: all; the default recipe gets the full grid)")
     p.add_argument("--other-tokens", type=ints, default=OTHER_TOKENS, help="T values for non-default recipes")
     p.add_argument("--encoders", type=comma_list(_cli.ENCODERS), default=_cli.ENCODERS)
-    p.add_argument("--scale-kind", choices=("float", "tensor1", "tensor0d", "none"), default="float")
+    p.add_argument("--scale-kind", choices=("float", "tensor1", "tensor0d", "none", "per-head"), default="float",
+                   help="the scales' kind (per-head: a [H] tensor, one scale a head)")
     p.add_argument("--scale", type=float, default=0.7)
     p.add_argument("--locs", choices=("random", "contiguous"), default="random",
                    help="cache_loc: a random permutation of the cache's slots, or 0..T-1")
@@ -229,7 +230,9 @@ def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float",
         slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if locs == "random"
                  else torch.arange(t, device=dev))
         s = {"none": None, "float": scale, "tensor1": torch.full((1,), scale, device=dev),
-             "tensor0d": torch.full((), scale, device=dev)}[scale_kind]
+             "tensor0d": torch.full((), scale, device=dev),
+             # one scale a head, each its own: scale * (1 + h/H)
+             "per-head": scale * (1 + torch.arange(h, device=dev, dtype=torch.float32) / h)}[scale_kind]
         out.append(dict(
             k=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
             v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),

@@ -373,9 +373,22 @@ def _merge_explained(groups: Groups) -> None:
         for _, f in groups[key]:
             options = set(f.facts.get("explanations") or [])
             shared = options if shared is None else shared & options
-        hosts = sorted(k for k in (shared or set()) - {key} if k in groups)
-        if len(hosts) == 1:
-            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, f" (also explained as {host})"))
+        # A defect of an explanation's effect under a nested trigger is that explanation's defect too (the
+        # other Case needed one more dimension for its symptom): it takes the narrower trigger.
+        hosts = sorted({(e, k) for e in (shared or set()) - {key} for k in groups if k != key and "@" in e
+                        and same_effect(k) == same_effect(e) and _nested(trigger_set(k), trigger_set(e))})
+        if len({k for _, k in hosts}) != 1:
+            continue
+        explanation, host = hosts[0]
+        target = explanation if trigger_set(explanation) <= trigger_set(host) else host
+        if target != host:
+            groups.setdefault(target, [])
+            _move(groups, host, lambda _n, _f, target=target: (target, None))
+        _move(groups, key, lambda _n, _f, target=target: (target, f" (also explained as {target})"))
+
+
+def _nested(a: frozenset[str], b: frozenset[str]) -> bool:
+    return a <= b or b <= a
 
 
 def _hosts(groups: Groups) -> list[str]:
