@@ -221,3 +221,14 @@ def test_a_crash_goes_to_the_one_out_of_place_defect_whose_trigger_its_case_has(
     groups = {h: [] for h in hosts} | {"crash": [("a", crash), ("b", unsaved)]}
     _attribute_by_case(groups, hosts)
     assert crash.key == "strides:other-cache@cache-layouts-differ" and groups["crash"] == [("b", unsaved)]
+
+
+def test_the_verdict_says_why_rows_did_not_run() -> None:
+    from conformance.diagnosis.report import verdict
+    ran = {"status": "conforms"}
+    unselected = {"status": "not run", "detail": "family graphs not selected"}
+    cut = {"status": "not run", "detail": "the run stopped at its budget first"}
+    assert verdict([ran, unselected], 0, 5).endswith("1 of 2 rows did not run (families not selected)")
+    assert verdict([ran, cut], 1, 5).endswith("1 of 2 rows did not run (raise --budget)")
+    assert "raise --budget, or select their families" in verdict([unselected, cut], 0, 5)
+    assert verdict([ran], 0, 5) == "conforms" and verdict([ran], 0, 0).startswith("incomplete")

@@ -553,14 +553,20 @@ def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputC
 
 def verdict(capabilities: list[dict[str, Any]], defects: int, passed: int) -> str:
     """The report's one-line verdict: its defects, and whether every row ran."""
-    unrun = sum(c.get("status") == "not run" for c in capabilities)
+    unrun = [c for c in capabilities if c.get("status") == "not run"]
+    # Why they did not run: families left out (--families), or the budget (--budget)
+    unselected = sum("not selected" in c.get("detail", "") for c in unrun)
+    why = ("families not selected" if unselected == len(unrun) else "raise --budget" if not unselected
+           else "raise --budget, or select their families")
     if defects:
         return f"{defects} defect{'s' * (defects != 1)}" + (
-            f" in what ran; incomplete: {unrun} of {len(capabilities)} rows did not run (raise --budget)"
+            f" in what ran; incomplete: {len(unrun)} of {len(capabilities)} rows did not run ({why})"
             if unrun else "")
-    if unrun or not passed:  # "conforms" only for what was actually run, all of it
-        return (f"incomplete: no defect in what ran, but {unrun} of {len(capabilities)} rows did "
-                "not run (raise --budget)")
+    if unrun:  # "conforms" only for what was actually run, all of it
+        return (f"incomplete: no defect in what ran, but {len(unrun)} of {len(capabilities)} rows did "
+                f"not run ({why})")
+    if not passed:
+        return "incomplete: no defect, but no test passed either (every one skipped?)"
     return "conforms"
 
 
