@@ -232,3 +232,18 @@ def test_the_verdict_says_why_rows_did_not_run() -> None:
     assert verdict([ran, cut], 1, 5).endswith("1 of 2 rows did not run (raise --budget)")
     assert "raise --budget, or select their families" in verdict([unselected, cut], 0, 5)
     assert verdict([ran], 0, 5) == "conforms" and verdict([ran], 0, 0).startswith("incomplete")
+
+
+def test_what_a_stray_write_corrupts_goes_to_the_one_defect_that_writes_out_of_place() -> None:
+    """A run with a defect that misreads its inputs (reads only) and one that writes past a cache: a crash
+    with no Case, an input changed, and bytes no model explains on the plain call after the crash are the
+    writer's symptoms."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_crashes
+    reader, writer = "strides:inputs-heads-ignored@strided-input", "strides:other-cache@cache-layouts-differ"
+    symptoms = {k: Finding(k.split(":")[0].split("@")[0], k, k) for k in
+                ("crash", "input-modified:v_scale", "wrong-slot:unexplained@plain")}
+    groups = {reader: [], writer: []} | {k: [("t", f)] for k, f in symptoms.items()}
+    _attribute_crashes(groups)
+    assert sorted(groups) == sorted([reader, writer]) and len(groups[writer]) == 3, groups
+    assert all(f.facts["symptom_of"] == writer for f in symptoms.values())

@@ -342,6 +342,8 @@ SYMPTOM_ONLY = ("raises", "crash", "input-modified")
 #: Classes of defect that write out of place: the only kind that can make a process crash or change
 #: memory it was not given.
 PLACEMENT = ("strides", "padding", "out-of-range", "big-cache")
+#: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
+READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored")
 CUDA_ERRORS = ("illegal memory access", "CUDA error", "cudaError", "AcceleratorError")
 
 
@@ -419,15 +421,24 @@ def _attribute_crashes(groups: Groups) -> None:
     to); otherwise it stays a defect of its own."""
     hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
     _attribute_by_case(groups, hosts)
-    if len(hosts) != 1:
+    writers = [h for h in hosts if h.split("@", 1)[0] not in READS_ONLY]
+    if len(hosts) == 1:
+        host, why = hosts[0], " (attributed: the run's one defect that writes out of place)"
+    elif len(writers) == 1:
+        host, why = writers[0], (" (attributed: the run's one defect that writes out of place; the others "
+                                 "only read out of place)")
+    else:
         return
 
     def unrelated(key: str) -> bool:
         return not any(trigger_set(key) & trigger_set(h) for h in _hosts(groups))
 
+    crashed = any(class_of(k) == "crash" for k in groups)
     for key in [k for k in groups if class_of(k) in ("crash", "input-modified") and
-                (not trigger_of(k) or (class_of(k) == "crash" and unrelated(k)))]:
-        _move(groups, key, lambda _n, _f: (hosts[0], " (attributed: the run's one defect that writes out of place)"))
+                (not trigger_of(k) or (class_of(k) == "crash" and unrelated(k)))
+                # Memory a stray write corrupted: what no model explains, on the plain call, in a run that crashed
+                or (crashed and host in writers and k.endswith(":unexplained@plain"))]:
+        _move(groups, key, lambda _n, _f: (host, why))
 
 
 def _present(dimension: str, case: Case) -> bool:
