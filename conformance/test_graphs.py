@@ -54,10 +54,11 @@ EXAMPLES = max(10, settings().max_examples // 5)
 graph_settings = settings(max_examples=EXAMPLES)
 
 
-def graph_cases(impl: Implementation, scale_kind: str | None = None) -> st.SearchStrategy[Case]:
+def graph_cases(impl: Implementation, scale_kind: str | None = None, min_heads: int = 1) -> st.SearchStrategy[Case]:
     """A Case a graph of impl can hold: checked=False (the range check syncs), at least one write."""
     kinds = None if scale_kind is None else (scale_kind,)
-    return writing_cases(impl.cases(size="large", checked=False, allow_out_of_range=True, scale_kinds=kinds))
+    return writing_cases(impl.cases(size="large", checked=False, allow_out_of_range=True, scale_kinds=kinds,
+                                    min_heads=min_heads))
 
 
 def _call(impl: Implementation, built: Built) -> Callable[[], None]:

@@ -47,8 +47,7 @@ def _skip_unless_per_head(impl) -> None:
 def test_per_head_scales_are_bit_exact(data, impl, device, recipe):
     _skip_unless_per_head(impl)
     size = "large" if device.type == "cuda" else "small"
-    case = data.draw(impl.cases(recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
-    assume(case.num_heads >= 2)
+    case = data.draw(impl.cases(recipes=(recipe,), size=size, allow_out_of_range=True, min_heads=2), label="case")
     which = data.draw(st.sampled_from((("k_scale",), ("v_scale",), ("k_scale", "v_scale"))), label="per_head")
     values = {name: data.draw(per_head_values(case.num_heads), label=f"{name}_per_head") for name in which}
     step = data.draw(st.sampled_from((1, 2)), label="scale_step")
@@ -76,8 +75,9 @@ def test_one_scale_for_every_head_is_the_per_tensor_write(data, impl, device, re
     """Equivalence: a [H] scale holding one value everywhere writes what that value as a one-element
     tensor writes (both calls of the implementation itself, whole caches compared)."""
     _skip_unless_per_head(impl)
-    case = data.draw(impl.cases(recipes=(recipe,), size="small", allow_out_of_range=True), label="case")
-    assume(case.num_heads >= 2 and case.k_scale.kind != "none")
+    case = data.draw(impl.cases(recipes=(recipe,), size="small", allow_out_of_range=True, min_heads=2),
+                     label="case")
+    assume(case.k_scale.kind != "none")
     value = case.k_scale.value
     one = dataclasses.replace(build(case, device), k_scale=torch.tensor([value], dtype=torch.float32, device=device))
     every = _per_head(build(case, device), "k_scale", (value,) * case.num_heads, 1)
@@ -101,8 +101,7 @@ def test_per_head_scales_are_read_at_replay(data, impl, device):
     are the ones the replay's bytes follow (a checkpoint's scales loaded after the graphs were captured)."""
     from conformance.test_graphs import _call, capture, graph_cases, restore
     _skip_unless_per_head(impl)
-    case = data.draw(graph_cases(impl), label="case")
-    assume(case.num_heads >= 2)
+    case = data.draw(graph_cases(impl, min_heads=2), label="case")
     captured_values = data.draw(per_head_values(case.num_heads), label="captured_k_scale")
     new_values = data.draw(per_head_values(case.num_heads), label="replayed_k_scale")
     built = _per_head(build(case, device), "k_scale", captured_values, 1)

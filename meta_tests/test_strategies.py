@@ -10,9 +10,11 @@ import dataclasses
 import math
 from collections import Counter
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from kernel import RECIPES
 from kernel.plan import ScaleArg
@@ -23,6 +25,7 @@ from strategies.build import BITS_DTYPES, DTYPES, build
 from strategies.case import CACHE_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout, Scale
 from strategies.fp import e4m3_value, f32, from_bits
 from strategies.layouts import CACHE_KINDS, INPUT_KINDS, tagged_layouts
+from strategies.scales import per_head_values
 from strategies.ties import (
     decisive_input_ties,
     e4m3_tie_overrides,
@@ -251,3 +254,17 @@ def test_input_tie_overrides_are_decisive_ties(data):
 def test_tie_scales_exist_for_the_intermediate_recipes():
     assert "unfused" in input_tie_recipes(), input_tie_recipes()
     assert 0x3C0B in decisive_input_ties("unfused", "bfloat16", f32(2 / 3))  # the catalogue's bf16-ties-away hint
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=cases(min_heads=2, max_heads=3))
+def test_min_heads_is_a_floor(case) -> None:
+    assert 2 <= case.num_heads <= 3, case.num_heads
+
+
+def test_min_heads_is_checked_when_the_strategy_is_built() -> None:
+    for bad in (dict(min_heads=0), dict(min_heads=4, max_heads=3), dict(min_heads=True)):
+        with pytest.raises(InvalidArgument, match="min_heads"):
+            cases(**bad)
+    with pytest.raises(InvalidArgument, match="per_head_values"):
+        per_head_values(1)

@@ -16,7 +16,7 @@ from hypothesis.errors import InvalidArgument
 
 from strategies._cache import ints, sampled
 from strategies.case import Case, Scale
-from strategies.dims import Size, dims
+from strategies.dims import LIMITS, Size, dims
 from strategies.dtypes import dtypes
 from strategies.layouts import cache_layouts, input_layouts, loc_steps
 from strategies.locations import cache_locs
@@ -42,6 +42,7 @@ def cases(
     padding: bool = True,
     max_overrides: int = 6,
     checked: bool | None = None,
+    min_heads: int = 1,
 ) -> st.SearchStrategy[Case]:
     """A valid Case: any implementation must match the reference on it byte for byte.
 
@@ -54,15 +55,20 @@ def cases(
     choices (default: all). padding: draw negative (padding) cache_loc entries.
     max_overrides: at most this many special values (0: seeded contents only).
     checked: fix Case.checked (default: drawn, True about one time in four when allowed).
+    min_heads: at least this many heads (per-head scales need two); H shrinks toward it.
     """
     from kernel import RECIPES  # imported here so that importing the strategies stays light
 
     _check_arguments(recipes, RECIPES, allow_out_of_range, checked, size, max_overrides,
                      (max_tokens, max_heads, max_dim))
+    heads_limit = LIMITS[size][1] if max_heads is None else max_heads
+    if isinstance(min_heads, bool) or not isinstance(min_heads, int) or not 1 <= min_heads <= heads_limit:
+        raise InvalidArgument(f"cases(min_heads={min_heads!r}): an int from 1 to the most heads ({heads_limit})")
     tup = lambda xs: None if xs is None else tuple(xs)  # hashable, for the cached strategies
     return _cases(max_tokens, max_heads, max_dim, tuple(recipes) if recipes else tuple(RECIPES),
                   allow_out_of_range, size, contiguous, tup(input_dtypes), tup(cache_dtypes), tup(loc_dtypes),
-                  tup(input_ranks), tup(cache_ranks), tup(scale_kinds), padding, max_overrides, checked)
+                  tup(input_ranks), tup(cache_ranks), tup(scale_kinds), padding, max_overrides, checked,
+                  min_heads)
 
 
 def _check_arguments(recipes: Sequence[str] | None, known: object, allow_out_of_range: bool, checked: bool | None,
@@ -99,8 +105,9 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
            input_dtypes: tuple[str, ...] | None, cache_dtypes: tuple[str, ...] | None,
            loc_dtypes: tuple[str, ...] | None, input_ranks: tuple[int, ...] | None,
            cache_ranks: tuple[int, ...] | None, scale_kinds: tuple[str, ...] | None, padding: bool,
-           max_overrides: int, checked: bool | None) -> Case:
-    n = draw(dims(size=size, max_tokens=max_tokens, max_heads=max_heads, max_dim=max_dim), label="dims")
+           max_overrides: int, checked: bool | None, min_heads: int = 1) -> Case:
+    n = draw(dims(size=size, max_tokens=max_tokens, max_heads=max_heads, max_dim=max_dim, min_heads=min_heads),
+             label="dims")
     dt = draw(dtypes(input_dtypes_=input_dtypes, cache_dtypes=cache_dtypes, loc_dtypes=loc_dtypes,
                      input_ranks=input_ranks, cache_ranks=cache_ranks), label="dtypes")
     in_shape = (n.num_tokens, n.num_heads, n.head_dim)

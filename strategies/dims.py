@@ -49,9 +49,9 @@ def num_tokens(draw: st.DrawFn, max_tokens: int) -> int:
     return draw(st.one_of(ints(1, min(4, max_tokens)), ints(1, max_tokens)), label="tokens")
 
 
-def num_heads(max_heads: int) -> st.SearchStrategy[int]:
-    """H from 1, mostly small: each head block is an interpreter program on the CPU."""
-    return st.one_of(ints(1, min(2, max_heads)), ints(1, max_heads))
+def num_heads(max_heads: int, min_heads: int = 1) -> st.SearchStrategy[int]:
+    """H from min_heads, mostly small: each head block is an interpreter program on the CPU."""
+    return st.one_of(ints(min_heads, max(min_heads, min(2, max_heads))), ints(min_heads, max_heads))
 
 
 def head_dims(max_dim: int) -> st.SearchStrategy[int]:
@@ -70,13 +70,13 @@ def page_sizes() -> st.SearchStrategy[int]:
 @lru_cache(maxsize=64)
 @st.composite
 def dims(draw: st.DrawFn, *, size: Size = "small", max_tokens: int | None = None,
-         max_heads: int | None = None, max_dim: int | None = None) -> Dims:
+         max_heads: int | None = None, max_dim: int | None = None, min_heads: int = 1) -> Dims:
     """Sizes of one call: enough pages for every token, plus a few spare ones (capped by size, so
     that a CPU cache stays a few pages long).
     """
     lim_t, lim_h, lim_d, spare = LIMITS[size]
     t = draw(num_tokens(lim_t if max_tokens is None else max_tokens), label="num_tokens")
-    h = draw(num_heads(lim_h if max_heads is None else max_heads), label="num_heads")
+    h = draw(num_heads(lim_h if max_heads is None else max_heads, min_heads), label="num_heads")
     d = draw(head_dims(lim_d if max_dim is None else max_dim), label="head_dim")
     ps = draw(page_sizes(), label="page_size")
     needed = -(-max(t, 1) // ps)
