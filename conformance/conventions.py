@@ -51,6 +51,11 @@ class Convention:
         """True when the implementation is told which recipe to compute (else it computes its own)."""
         return "recipe" in self.spelling
 
+    @property
+    def plain_scale_kind(self) -> str:
+        """The scale kind of the plain call: a 1-element tensor where the convention takes one."""
+        return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in self.scale_kinds)
+
     def why_not(self, case: Case) -> str | None:
         """Why `case` cannot be expressed in this convention, or None when it can."""
         checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),

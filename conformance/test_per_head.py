@@ -18,12 +18,13 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
 from conformance.harness import fail, run_impl, run_reference
 from conformance.impls import test_device as _test_device  # not collected as a test
+from conformance.test_graphs import _call, capture, graph_cases, graph_settings, restore
 from strategies.build import Built, build
 from strategies.case import Case
 from strategies.scales import per_head_values
@@ -94,12 +95,11 @@ def test_one_scale_for_every_head_is_the_per_tensor_write(data, impl, device, re
 @pytest.mark.cuda
 @pytest.mark.skipif(_test_device().type != "cuda", reason="CUDA graphs need CUDA (no CUDA device here, or "
                                                         "TRITON_INTERPRET is set)")
-@settings(max_examples=max(10, settings().max_examples // 5))
+@graph_settings
 @given(data=st.data())
 def test_per_head_scales_are_read_at_replay(data, impl, device):
     """A captured call reads its per-head scale tensor when replayed: values copied in after the capture
     are the ones the replay's bytes follow (a checkpoint's scales loaded after the graphs were captured)."""
-    from conformance.test_graphs import _call, capture, graph_cases, restore
     _skip_unless_per_head(impl)
     case = data.draw(graph_cases(impl, min_heads=2), label="case")
     captured_values = data.draw(per_head_values(case.num_heads), label="captured_k_scale")

@@ -29,12 +29,10 @@ from tools import _cli
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "examples" / "defects" / "catalogue.py"
 #: The quick mode: the families where the corpus's defects show, a few examples each, the quick identification
-#: sweep (on CUDA also the
-#: graph and big-cache families, where a host sync and 32-bit offsets show).
+#: sweep (on CUDA also the graph and big-cache families, where a host sync and 32-bit offsets show).
 QUICK = ["--examples", "6", "--probe-examples", "3", "--sweep", "quick"]
 QUICK_FAMILIES = {"cpu": "capabilities,bit_exact,isolation,equivalence",
                   "cuda": "capabilities,bit_exact,isolation,equivalence,graphs,bigcache"}
-
 
 
 def load_catalogue() -> Any:

@@ -48,18 +48,13 @@ class InputClass:
     facts: dict = field(default_factory=dict, compare=False, hash=False)
 
 
-def baseline_kind(impl: Implementation) -> str:
-    """The scale kind of the plain Case: a 1-element tensor where the convention takes one."""
-    return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in impl.convention.scale_kinds)
-
-
 def _pow2_floor(n: int) -> int:
     return 1 << (max(n, 1).bit_length() - 1)
 
 
 def plain_cases(impl: Implementation, device: torch.device) -> st.SearchStrategy[Case]:
     """The plain Cases every probe row starts from (T >= 1; H, D powers of two, D >= 8)."""
-    kind = baseline_kind(impl)
+    kind = impl.convention.plain_scale_kind
     space: dict = dict(contiguous=True, input_ranks=(3,), cache_ranks=(4,), cache_dtypes=("float8_e4m3fn",),
                        loc_dtypes=("int64",), input_dtypes=("bfloat16", "float16"), scale_kinds=(kind,),
                        padding=False, max_overrides=0, checked=False, allow_out_of_range=False)

@@ -536,8 +536,7 @@ def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
                     device: torch.device | None) -> Finding:
     """A graph defect is keyed `@plain` when a capture of the plain call fails too (an experiment, as
     every other trigger); otherwise its key names no trigger (the graph properties are not ablated)."""
-    saved = SAVED.search(message)
-    case = case_in(message) or (_load(saved.group(1)) if saved else None)
+    case = named_case(message)
     if impl is None or device is None or case is None or device.type != "cuda":
         return found
     from conformance.diagnosis.diagnose import Diagnoser
@@ -572,8 +571,7 @@ def _exhaustive_case(params: dict[str, Any], impl: Implementation, message: str 
     reports, printed as "case: {json}"), else the one the test's parameters make (the tests that loop
     over scales have no scale parameter)."""
     from conformance import test_exhaustive as ex
-    saved = SAVED.search(message)
-    named = case_in(message) or (_load(saved.group(1)) if saved else None)
+    named = named_case(message)
     if named is not None:
         return named, ex.fill_patterns
     scales = params.get("scales")
@@ -669,6 +667,12 @@ def case_in(message: str) -> Case | None:
         return None
 
 
+def named_case(message: str) -> Case | None:
+    """The Case a report names: inline ("case: {json}"), or as its saved failure file."""
+    saved = SAVED.search(message)
+    return case_in(message) or (_load(saved.group(1)) if saved else None)
+
+
 def diagnosed_findings(case: Case, impl: Implementation | None, device: torch.device | None,
                        fill=None) -> list[Finding]:
     """The Case's defects by experiment (conformance.diagnosis.diagnose); [] when it passes on replay."""
@@ -681,8 +685,7 @@ def diagnosed_findings(case: Case, impl: Implementation | None, device: torch.de
 def _eager_findings(message: str, impl: Implementation | None, device: torch.device | None) -> list[Finding]:
     """The eager call's defects on the Case a graph report names ("case: {json}", or its saved failure
     file: a capture that raised, an eager call between captures), if any."""
-    saved = SAVED.search(message)
-    case = case_in(message) or (_load(saved.group(1)) if saved else None)
+    case = named_case(message)
     if impl is None or device is None or case is None:
         return []
     try:

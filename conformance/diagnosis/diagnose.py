@@ -69,11 +69,6 @@ def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
     return kinds
 
 
-def plain_kind(impl: Implementation) -> str:
-    """The scale kind of the plain call: a 1-element tensor where the convention takes one."""
-    return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in impl.convention.scale_kinds)
-
-
 #: Calls of one Case on a GPU before it counts as passing (see Diagnoser._run).
 GPU_TRIES = 3
 
@@ -83,7 +78,7 @@ class Diagnoser:
 
     def __init__(self, impl: Implementation, device: torch.device, fill: Callable[[Built], Built] | None = None):
         self.impl, self.device, self.fill = impl, device, fill
-        self.plain = plain_kind(impl)
+        self.plain = impl.convention.plain_scale_kind
         self._cache: dict[str, Replay | None] = {}
 
     def replay(self, case: Case) -> Replay | None:

@@ -113,8 +113,7 @@ def sweep_points(dtypes: list[str], full: bool, kinds: tuple[str, ...] = KINDS,
     None plus every full scale in every kind, for each dtype (as the convention can pass them; duplicates
     dropped)."""
     if not full:  # the scale as the plain call passes it: a defect of one other kind must not move the recipe
-        plain = next(k for k in ("tensor1", "tensor0d", "float") if k in convention.scale_kinds)
-        points = [Point(d, k if k == "none" else plain, s) for d in dtypes for k, s in QUICK]
+        points = [Point(d, k if k == "none" else convention.plain_scale_kind, s) for d in dtypes for k, s in QUICK]
     else:
         points = [p for d in dtypes
                   for p in [Point(d, "none", 1.0)] + [Point(d, k, s) for s in FULL_SCALES for k in kinds]]

@@ -454,7 +454,9 @@ def _attribute_by_case(groups: Groups, hosts: list[str]) -> None:
         return  # one host: _attribute_crashes; none: nothing to attribute to
     def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
         case = _case_of(f)
-        fits = [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+        if case is None:
+            return None
+        fits = [h for h in hosts if all(_present(d, case) for d in trigger_set(h))]
         if len(fits) != 1:
             return None
         return fits[0], f" (attributed: its Case has {trigger_of(fits[0])} and no other out-of-place defect's trigger)"
@@ -493,7 +495,7 @@ def _merge_same_exception(groups: Groups) -> None:
     diagnosed raise of the same exception type, when there is exactly one."""
     def etype(key: str) -> str:
         return key.split("@", 1)[0].split(":")[1].strip() if class_of(key) == "raises" and ":" in key else ""
-    for key in [k for k in groups if class_of(k) == "raises" and not trigger_set(k) and "@" not in k]:
+    for key in [k for k in groups if class_of(k) == "raises" and "@" not in k]:
         hosts = [k for k in groups if "@" in k and etype(k) and etype(k) == etype(key)]
         if len(hosts) == 1:
             _move(groups, key, lambda _n, _f, host=hosts[0]: (host, ""))
