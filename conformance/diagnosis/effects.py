@@ -271,14 +271,16 @@ def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
 
 
 def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2) -> list[torch.Tensor]:
-    """The e4m3 bytes of fp32 values y moved 1..`ulps` fp32 ulps down and up (PTX's div.full.f32,
-    Triton's default `/`, is within 2 ulps of the IEEE quotient)."""
+    """The e4m3 bytes of fp32 values y moved 1..`ulps` fp32 ulps down and up in magnitude, sign kept
+    (PTX's div.full.f32, Triton's default `/`, is within 2 ulps of the IEEE quotient, and a quotient's
+    sign is exact: a zero is not nudged across to the other sign)."""
     out = []
-    for d in (-torch.inf, torch.inf):
-        z = y
+    magnitude = y.abs()
+    for d in (0.0, torch.inf):
+        z = magnitude
         for _ in range(ulps):
             z = torch.nextafter(z, torch.full_like(z, d))
-            out.append(encode_e4m3(z, recipe))
+            out.append(encode_e4m3(torch.copysign(z, y), recipe))
     return out
 
 
