@@ -183,6 +183,38 @@ def test_a_graph_defect_on_the_plain_call_is_keyed_at_plain() -> None:
     assert clean.key == "graph:sync", clean.key
 
 
+def _padding_to_slot0_when_captured(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                    use_triton=True, *, recipe="unfused", checked=False):
+    """Right eagerly; under a CUDA-graph capture, padding tokens write slot 0 (graph-safe: torch.where)."""
+    from kernel import fused_fp8_set_kv_buffer
+    if torch.cuda.is_current_stream_capturing():
+        cache_loc = torch.where(cache_loc < 0, torch.zeros_like(cache_loc), cache_loc)
+    fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                            checked=checked)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: CUDA-graph capture")
+def test_a_replay_wrong_only_under_a_graph_is_keyed_by_its_trigger() -> None:
+    """Eager calls of the Case pass; a captured replay fails, and passes once padding is ablated."""
+    from conformance.diagnosis.classify import Finding, _graph_on_plain
+    device = torch.device("cuda")
+    case = _case(cache_loc=(5, -1, 9), recipe="single")
+    impl = _impl(_padding_to_slot0_when_captured, recipe="single")
+    assert Diagnoser(impl, device).diagnose(case) == []
+    message = f"replay 0 after new contents were copied in:\ncase: {case.to_json()}"
+    found = _graph_on_plain(Finding("graph", "graph:stale", "stale"), message, impl, device)
+    assert found.key == "graph:stale@padding", found.key
+
+
+def test_a_graph_replay_wrong_only_under_a_trigger_joins_that_triggers_defect() -> None:
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_raises
+    host, race, stale = "out-of-range:written@out-of-range", "graph:stale@out-of-range", "graph:stale"
+    groups = {k: [("t", Finding(k.split(":")[0], k, k))] for k in (host, race, stale)}
+    _merge_raises(groups)
+    assert sorted(groups) == [stale, host] and len(groups[host]) == 2, sorted(groups)
+
+
 def test_a_defect_another_defects_effect_also_explains_is_that_defect() -> None:
     from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _merge_explained

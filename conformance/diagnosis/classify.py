@@ -539,10 +539,15 @@ def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
     case = named_case(message)
     if impl is None or device is None or case is None or device.type != "cuda":
         return found
+    from conformance.diagnosis.ablation import words
     from conformance.diagnosis.diagnose import Diagnoser
     diagnoser = Diagnoser(impl, device)
     if diagnoser.captured_fails(diagnoser.plain_of(case)):
         found.key, found.title = f"{found.key}@plain", f"{found.title}, on the plain call"
+    elif found.key == "graph:stale":  # wrong bytes that eager calls of this Case did not show
+        trigger = sorted(diagnoser.graph_trigger(case))
+        if trigger:
+            found.key, found.title = f"{found.key}@{'+'.join(trigger)}", f"{found.title}, {words(trigger)}"
     return found
 
 

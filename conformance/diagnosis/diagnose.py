@@ -129,6 +129,19 @@ class Diagnoser:
             return True
         return False
 
+    def graph_trigger(self, case: Case) -> list[str]:
+        """The dimensions whose ablation makes a captured replay of the Case pass, when it fails: a replay
+        that eager calls of the same Case get right (which of two racing writes lands can differ between a
+        graph and an eager launch) is keyed by what triggers it. [] when the capture passes."""
+        if not self.captured_fails(case):
+            return []
+        trigger = []
+        for ablation in self._ablations():
+            ran = [r for r in map(self.captured_fails, ablation.variants(case, self.plain)) if r is not None]
+            if ran and not any(ran):
+                trigger.append(ablation.name)
+        return trigger
+
     def _ablations(self) -> list[Ablation]:
         return [a for a in ABLATIONS if a.keeps_shape or self.fill is None]
 

@@ -474,7 +474,11 @@ def _case_of(f: Finding) -> Case | None:
 
 
 def _symptom_only(key: str) -> bool:
-    return class_of(key) in SYMPTOM_ONLY or key.split("@", 1)[0].endswith(":unexplained")
+    """A raise, a crash, a changed input, what no model explains, or a graph replay wrong only under a
+    trigger (which of two racing writes lands differs between a graph and an eager launch): symptoms of
+    a defect whose trigger they hold, when there is one (_merge_raises)."""
+    graph_race = class_of(key) == "graph" and bool(trigger_set(key))
+    return class_of(key) in SYMPTOM_ONLY or key.split("@", 1)[0].endswith(":unexplained") or graph_race
 
 
 def _merge_raises(groups: Groups) -> None:
