@@ -7,7 +7,7 @@ FlashInfer's test quantizer: amax, clamp(min=1e-12), / 448, divide, `.to(float8_
 Torch's CPU ops divide truly and its CPU cast rounds to nearest-even and saturates (docs/facts.md), so
 the sequences are exact there. They are well defined only for finite heads: a NaN or an inf makes
 torch's NaN, whose sign (and so its byte, 0x7F or 0xFF) the spec fixes and torch does not
-(docs/per-token-head.md), so inputs here are finite, with all-zero and subnormal heads drawn.
+(docs/per-token-head.md), so inputs here are finite, with all-zero, subnormal and small heads drawn.
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ def test_every_finite_pattern_equals_the_torch_sequence(dtype: str, recipe: str)
 @given(data=st.data())
 def test_drawn_heads_equal_the_torch_sequence(data):
     """Heads from the suite's cases (seeded values spanning e4m3's range, fp32 inputs too), with
-    all-zero and subnormal heads; NaN and inf left out (see the module docstring)."""
+    all-zero, subnormal, small and tiny heads (where the floors act); NaN and inf left out (see the
+    module docstring)."""
     base = cases(size="small", scale_kinds=("none",), recipes=("single",), max_overrides=0)
-    pc = data.draw(pth_cases(base, kinds=("zero", "subnormal")), label="pth_case")
+    pc = data.draw(pth_cases(base, kinds=("zero", "subnormal", "small", "tiny")), label="pth_case")
     b = build_pth(pc, "cpu").built
     for x in (b.k, b.v):
         x3 = x if x.dim() == 3 else x.unflatten(1, (pc.case.num_heads, -1))

@@ -7,8 +7,10 @@ drawn by strategies.cases, so every layout the suite knows is met here too) plus
   Case with head_dim D + 4, so their layouts, guard bands and seeded bytes are the usual ones) or
   "separate" (float32 scale caches shaped like the cache minus head_dim, each a `Layout` of its own);
 - `heads`: special heads, (tensor, token, head, kind) with kind one of HEAD_KINDS: "zero" (every value
-  ±0, signs seeded), "subnormal" (every value a subnormal of the input dtype, so amax is one), "inf"
-  (one ±inf among seeded values), "nan" (one NaN among them).
+  ±0, signs seeded), "subnormal" (every value a subnormal of the input dtype, so amax is one), "small"
+  (amax in [2**-20, 2**-11): below 448e-6, where vLLM's floor of 1e-6 decides s), "tiny" (amax in
+  [2**-44, 2**-37), around FlashInfer's floor of 1e-12; zero in fp16), "inf" (one ±inf among seeded
+  values), "nan" (one NaN among them).
 Tensor contents come from the Case's seed (strategies.build's hashing): no unmanaged RNG.
 """
 
@@ -28,7 +30,9 @@ from strategies.case import Case, Layout
 
 PTH_MODES = ("per-token-head-vllm", "per-token-head-flashinfer")
 LAYOUTS = ("inline", "separate")
-HEAD_KINDS = ("zero", "subnormal", "inf", "nan")
+HEAD_KINDS = ("zero", "subnormal", "small", "tiny", "inf", "nan")
+#: Per kind of a small head: the exponent range of its amax, around where each recipe's floor acts.
+_SMALL_EXPONENTS = {"small": (-20, -12), "tiny": (-44, -38)}
 SCALE_GUARD = 16  # float32 elements of seeded bits before and after each scale cache
 #: Per input dtype: (bits, mantissa mask, the dtype's +inf bits, a quiet NaN's bits)
 _BITS = {"bfloat16": (16, 0x7F, 0x7F80, 0x7FC1), "float16": (16, 0x3FF, 0x7C00, 0x7E01),
@@ -156,6 +160,13 @@ def _set_head(x3: torch.Tensor, t: int, h: int, kind: str, dtype: str, seed: int
     elif kind == "subnormal":
         bits = sign | (r[:d] & mant)  # exponent field 0: subnormal, or zero where the mantissa is 0
         bits[where] = sign[where] | (r[d] & mant) | 1  # at least one lane nonzero: amax is subnormal
+    elif kind in _SMALL_EXPONENTS:  # (1 + 16 bits) * 2**e in fp32 (exact), then RNE to the dtype
+        lo, hi = _SMALL_EXPONENTS[kind]
+        top = lo + int(r[d].item()) % (hi - lo + 1)
+        pow2 = ((top - (r[:d] >> 16) % 4 + 127) << 23).to(torch.int32).view(torch.float32)  # 2**e from its bits
+        mag = (1 + (r[:d] & 0xFFFF).to(torch.float32) / 65536) * pow2
+        small = torch.where(sign != 0, -mag, mag).to(x3.dtype).view(BITS_DTYPES[dtype])
+        bits = small.to(torch.int64) & ((1 << width) - 1)
     elif kind == "inf":
         bits[where] = inf | sign[where]
     else:
