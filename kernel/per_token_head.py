@@ -53,6 +53,7 @@ from kernel.plan import (
     _judged,
     _normalize_input,
     _self_overlapping,
+    not_traced,
 )
 from kernel.recipe import DEFAULT_RECIPE, RECIPES, Recipe
 from kernel.reference import E4M3, encode_e4m3
@@ -177,6 +178,7 @@ def _check_disjoint(written: list[tuple[str, torch.Tensor]], read: list[tuple[st
                             f"change {other}, or land in an order that depends on the kernel's programs)")
 
 
+@not_traced  # plain Python validation, as make_plan: nothing for a compiler to trace
 def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_loc: object,
                   k_scale: object = None, v_scale: object = None, page_size: object = 16, *,
                   per_token_head: object = True, recipe: object = DEFAULT_RECIPE, checked: object = False,
