@@ -235,3 +235,30 @@ def test_per_token_head_replays_from_a_cuda_graph(data, impl, device):
                    if n in expected.buffers}, b.buffers)
     if report:
         fail(impl, f"a replay differs from the reference for the values copied in ({_describe(pc)}):", report)
+
+
+# Heads of docs/per-token-head.md's edge-case table: (values, bytes, scale bits) per recipe.
+_EDGE_HEADS = (
+    ((0.0, -0.0, 0.0, -0.0), (0x00, 0x80, 0x00, 0x80),
+     {"per-token-head-vllm": 0x358637BD, "per-token-head-flashinfer": 0x2720D7C5}),  # the floors
+    ((1.0, -2.0, float("inf"), float("-inf")), (0x00, 0x80, 0x7F, 0x7F), 0x7F800000),  # s = inf
+    ((1.0, float("nan"), 2.0, 3.0), (0x7F,) * 4, 0x7FC00000),  # a NaN head is NaN throughout
+    ((1344.0, -1.0, 0.5, 1e-3), (0x7E, 0xAB, 0x23, 0x00), 0x40400000),  # s = 3
+)
+
+
+@pytest.mark.parametrize("mode", PTH_MODES)
+@pytest.mark.parametrize("which", ("impl", "reference"))
+def test_edge_case_heads_as_documented(mode, which, impl, device):
+    """One token of four heads, inline: each head's bytes and scale bits are the documented ones."""
+    _skip_unless_per_token_head(impl)
+    k = torch.tensor([h[0] for h in _EDGE_HEADS], dtype=torch.float32, device=device)[None]
+    cache = torch.full((1, 1, 4, 8), 0x55, dtype=torch.uint8, device=device)
+    caches = (cache, cache.clone())
+    fn = kernel.naive_fp8_set_kv_buffer if which == "reference" else (lambda *a, **kw: impl.fn(*a, **kw, **impl.kwargs))
+    fn(k, k.clone(), *caches, torch.tensor([0], device=device), page_size=1, per_token_head=mode)
+    for c in caches:
+        for h, (values, data, scale) in enumerate(_EDGE_HEADS):
+            bits = scale[mode] if isinstance(scale, dict) else scale
+            want = list(data) + [(bits >> (8 * j)) & 0xFF for j in range(4)]
+            assert c[0, 0, h].tolist() == want, f"{mode}: head {values}: got {[hex(b) for b in c[0, 0, h].tolist()]}"
