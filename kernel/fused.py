@@ -197,6 +197,9 @@ def fused_fp8_set_kv_buffer(
     recipe: Recipe | str = DEFAULT_RECIPE,
     checked: bool = False,
     encoder: str | None = None,
+    per_token_head: bool | str = False,
+    k_scale_cache: torch.Tensor | None = None,
+    v_scale_cache: torch.Tensor | None = None,
 ) -> None:
     """Quantize K and V to e4m3 and write token t to cache slot cache_loc[t], in one launch.
 
@@ -208,7 +211,14 @@ def fused_fp8_set_kv_buffer(
     first (a host sync, so not under CUDA-graph capture); otherwise they are skipped like padding.
     If two tokens name one slot, which token's byte lands in each position is unspecified.
     use_triton=False runs the reference (`naive_fp8_set_kv_buffer`) instead.
+    per_token_head (True or a recipe name), k_scale_cache, v_scale_cache: dynamic per-(token, head)
+    scales, stored inline or in the scale caches (kernel/per_token_head.py).
     """
+    if per_token_head is not False or k_scale_cache is not None or v_scale_cache is not None:
+        from kernel.per_token_head_kernel import fused_per_token_head
+        return fused_per_token_head(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, use_triton,
+                                    per_token_head=per_token_head, recipe=recipe, checked=checked, encoder=encoder,
+                                    k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
     if not use_triton:
         naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                                 recipe=recipe, checked=checked)

@@ -182,8 +182,16 @@ def naive_fp8_set_kv_buffer(
     *,
     recipe: Recipe | str = DEFAULT_RECIPE,
     checked: bool = False,
+    per_token_head: bool | str = False,
+    k_scale_cache: torch.Tensor | None = None,
+    v_scale_cache: torch.Tensor | None = None,
 ) -> None:
     """The reference KV write. Same signature as the fused kernel; `use_triton` is ignored."""
+    if per_token_head is not False or k_scale_cache is not None or v_scale_cache is not None:
+        from kernel.per_token_head import naive_per_token_head  # imports this module: imported late
+        return naive_per_token_head(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+                                    per_token_head=per_token_head, recipe=recipe, checked=checked,
+                                    k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
     plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                      recipe=recipe, checked=checked)
     if plan.num_tokens == 0:

@@ -155,8 +155,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated recipes (default: all; the default recipe gets the full grid)")
     p.add_argument("--other-tokens", type=ints, default=OTHER_TOKENS, help="T values for non-default recipes")
     p.add_argument("--encoders", type=comma_list(_cli.ENCODERS), default=_cli.ENCODERS)
-    p.add_argument("--scale-kind", choices=("float", "tensor1", "tensor0d", "none", "per-head"), default="float",
-                   help="the scales' kind (per-head: a [H] tensor, one scale a head)")
+    p.add_argument("--scale-kind", choices=("float", "tensor1", "tensor0d", "none", "per-head", "per-token-head"),
+                   default="float", help="the scales' kind (per-head: a [H] tensor, one scale a head; per-token-head: "
+                   "per_token_head=True, caches widened to D + 4 for the inline fp32 scales, default recipe only)")
     p.add_argument("--scale", type=float, default=0.7)
     p.add_argument("--locs", choices=("random", "contiguous"), default="random",
                    help="cache_loc: a random permutation of the cache's slots, or 0..T-1")
@@ -225,19 +226,21 @@ def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float",
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
     pages = -(-t // PAGE_SIZE)
+    pth = scale_kind == "per-token-head"  # dynamic scales, stored inline: caches widened by 4 bytes a head
+    width = d + 4 if pth else d
     out = []
     for _ in range(sets):
         slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if locs == "random"
                  else torch.arange(t, device=dev))
-        s = {"none": None, "float": scale, "tensor1": torch.full((1,), scale, device=dev),
+        s = {"none": None, "per-token-head": None, "float": scale, "tensor1": torch.full((1,), scale, device=dev),
              "tensor0d": torch.full((), scale, device=dev),
              # one scale a head, each its own: scale * (1 + h/H)
              "per-head": scale * (1 + torch.arange(h, device=dev, dtype=torch.float32) / h)}[scale_kind]
         out.append(dict(
             k=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
             v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
-            k_cache=zeros_fp8((pages, PAGE_SIZE, h, d)), v_cache=zeros_fp8((pages, PAGE_SIZE, h, d)),
-            cache_loc=slots.to(torch.int64), k_scale=s, v_scale=s))
+            k_cache=zeros_fp8((pages, PAGE_SIZE, h, width)), v_cache=zeros_fp8((pages, PAGE_SIZE, h, width)),
+            cache_loc=slots.to(torch.int64), k_scale=s, v_scale=s, **({"per_token_head": True} if pth else {})))
     return out
 
 
@@ -278,6 +281,8 @@ def _run(args: argparse.Namespace) -> int:
         return buffer_sets(t, h, d, sets, scale_kind=args.scale_kind, scale=args.scale, locs=args.locs)
 
     def call(fn, s: dict, **kw) -> None:
+        if "per_token_head" in s:
+            kw["per_token_head"] = True
         fn(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"], s["v_scale"], PAGE_SIZE, **kw)
 
     compiled_ref = torch.compile(kernel.naive_fp8_set_kv_buffer, dynamic=True)
@@ -286,13 +291,15 @@ def _run(args: argparse.Namespace) -> int:
     launches: dict[str, object] = {}
     recipes_all = list(kernel.RECIPES)
     todo = grid(args, recipes_all, default)
+    if args.scale_kind == "per-token-head":  # one recipe of its own: the default's grid stands for it
+        todo = [row for row in todo if row[0] == default]
     baseline = load_baseline(args.compare) if args.compare else {}
     print(f"kvfp8 bench: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}; {len(todo)} shapes x encoders {args.encoders}; "
           f"scale {args.scale_kind} {args.scale}; locs {args.locs}", flush=True)
 
     def bench_shape(recipe: str, t: int, h: int, d: int) -> None:
-        nbytes = bytes_moved(t, h, d)
+        nbytes = bytes_moved(t, h, d) + (t * h * 4 * 2 if args.scale_kind == "per-token-head" else 0)  # fp32 scales
         sets_n = rotation(nbytes)
         sets = make_sets(t, h, d, sets_n)
         if nbytes not in copy_cache:

@@ -312,6 +312,37 @@ MUTANTS: tuple[Mutant, ...] = (
        (TK, "k_sh, k_sd, VEC), mask=inside, other=0.0)", "k_sh, k_sd, VEC))"),
        tier="gpu", runner="memcheck",
        hint="compute-sanitizer memcheck on any case whose tile reaches past the input (T < BLOCK_T)"),
+    # -- per-(token, head) scales (kernel/per_token_head_kernel.py, issue 26) ----------------------
+    _m("pth-unwidened-page-stride", "inline layout: cache strides computed for head_dim D, not the widened D + 4 "
+       "(kvcached#424: every page after the first garbled)",
+       ("kernel/per_token_head_kernel.py",
+        "*Plan.cache_strides(plan.k_cache, plan.page_size), *Plan.cache_strides(plan.v_cache, plan.page_size),",
+        "*[s * plan.head_dim // plan.k_cache.shape[-1] if i == 0 else s\n"
+        "          for i, s in enumerate(Plan.cache_strides(plan.k_cache, plan.page_size))],\n"
+        "        *[s * plan.head_dim // plan.v_cache.shape[-1] if i == 0 else s\n"
+        "          for i, s in enumerate(Plan.cache_strides(plan.v_cache, plan.page_size))],"),
+       hint="inline layout, a 4-D cache, a token written to a page other than the first"),
+    _m("pth-amax-over-heads", "amax reduced over the program's heads too: one scale a token, not a head",
+       ("kernel/per_token_head_kernel.py",
+        "amax = tl.max(tl.where(is_nan, 0.0, tl.abs(x32)), axis=1)",
+        "amax = tl.max(tl.where(is_nan, 0.0, tl.abs(x32)), axis=1)\n"
+        "    amax = tl.zeros_like(amax) + tl.max(amax, axis=0)"),
+       hint="H >= 2 heads of one token with different amax"),
+    _m("pth-scale-not-stored", "the per-head scale is never stored (inline bytes and scale caches keep old values)",
+       ("kernel/per_token_head_kernel.py", "tl.store(ptrs, b, mask=writes[:, None] & (j < 4)[None, :])", "pass"),
+       ("kernel/per_token_head_kernel.py", "tl.store(s_ptr + s_row + h64 * s_sh, s, mask=writes)", "pass"),
+       hint="any written token, either layout"),
+    _m("pth-inline-scale-in-data", "inline layout: the scale's 4 bytes land on the head's last 4 data bytes",
+       ("kernel/per_token_head_kernel.py", "(D + j).to(tl.int64)", "(D - 4 + j).to(tl.int64)"),
+       hint="inline layout, any written token"),
+    _m("pth-scale-cache-head-stride-ignored", "separate layout: the scale cache's head stride taken as 1",
+       ("kernel/per_token_head_kernel.py", "tl.store(s_ptr + s_row + h64 * s_sh, s, mask=writes)",
+        "tl.store(s_ptr + s_row + h64, s, mask=writes)"),
+       hint="separate layout, H >= 2, a scale cache that is head-major, padded or every other element"),
+    _m("pth-zero-head-no-floor", "no floor on the scale: s = amax / 448, so an all-zero head is 0 * (1/0) or 0/0 = NaN",
+       ("kernel/per_token_head_kernel.py", "s = tl.where(s < _f32(FLOOR_V), _f32(FLOOR_V), s)", "s = s + 0.0"),
+       ("kernel/per_token_head_kernel.py", "tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax)", "amax"),
+       hint="an all-zero head (strategies.per_token_head HEAD_KINDS 'zero'), or a subnormal amax"),
 )
 
 
