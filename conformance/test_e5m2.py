@@ -1,0 +1,259 @@
+"""e5m2 caches: vLLM's kv_cache_dtype="fp8_e5m2" (issue 26), held byte for byte like e4m3.
+
+A float8_e5m2 cache says its format itself; a uint8 cache holds e5m2 when the call says so
+(`cache_dtype="fp8_e5m2"` or `torch.float8_e5m2`), and e4m3 when it says nothing. The spec is every
+recipe with its last step onto the e5m2 grid (kernel/recipe.py, docs/e5m2.md): saturating recipes
+write ±57344 past the range, the non-saturating rule (unfused-nan) ±inf (0x7C/0xFC), and every NaN 0x7F.
+
+Properties: drawn e5m2 Cases are bit-exact over both whole caches, contiguous and strided, and leave
+every input (scale tensors included) unmodified; fixed edge values (57344, the 61440 tie, ±inf, NaN,
+subnormals down to 2**-16 and the tie below it, normal-range ties) give the bytes docs/e5m2.md states;
+uint8 with no cache_dtype is still e4m3; a cache_dtype that contradicts a float8 cache is a ValueError;
+(CUDA) a captured e5m2 call replays bit-exact. The reference itself is held to torch's own e5m2 cast
+where that cast is the step it models (every bf16/fp16 pattern, as test_fidelity does for e4m3).
+
+The kvfp8 convention passes `cache_dtype` only to an implementation whose signature takes it (a fixed
+keyword here: conformance.conventions passes no other keyword); without it only float8_e5m2 caches are
+drawn. The vllm convention passes kv_cache_dtype="fp8" (e4m3), so it cannot express an e5m2 call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.bytediff import compare_caches
+from conformance.harness import fail, run_impl, run_reference
+from conformance.impls import Implementation
+from conformance.impls import test_device as _test_device  # not collected as a test
+from conformance.test_fidelity import DTYPES, SCALES, all_patterns, assert_bytes_match, fp32
+from conformance.test_graphs import capture, graph_settings, restore
+from kernel.plan import ScaleArg
+from kernel.recipe import RECIPES, Recipe
+from kernel.reference import E5M2, encode_fp8, quantize
+from strategies.build import build
+from strategies.case import Case, Override
+from strategies.replay import writing_cases
+
+E5M2_FORMAT = ("fp8_e5m2",)
+
+
+def _takes_cache_dtype(impl: Implementation) -> bool:
+    """The implementation's signature names cache_dtype (or takes **kwargs) and its convention is kvfp8."""
+    if impl.convention.name != "kvfp8":
+        return False
+    try:
+        params = inspect.signature(impl.fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "cache_dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def held(impl: Implementation) -> Implementation:
+    """impl as an e5m2 call reaches it: told cache_dtype="fp8_e5m2" where its signature takes it.
+    Skips for the vllm convention, which can only say kv_cache_dtype="fp8" (e4m3)."""
+    if impl.convention.name == "vllm":
+        pytest.skip("the vllm convention passes kv_cache_dtype='fp8' (e4m3); an e5m2 call needs 'fp8_e5m2'")
+    if not _takes_cache_dtype(impl):
+        return impl
+    return dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": "fp8_e5m2"})
+
+
+def e5m2_cases(impl: Implementation, **space: object) -> st.SearchStrategy[Case]:
+    """impl's Cases with e5m2 caches: float8_e5m2, and uint8 where impl can be told cache_dtype."""
+    dtypes = ("float8_e5m2", "uint8") if _takes_cache_dtype(impl) else ("float8_e5m2",)
+    return impl.cases(cache_formats=E5M2_FORMAT, cache_dtypes=dtypes, **space)
+
+
+def _inputs_unmodified(impl: Implementation, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
+                       case: Case) -> None:
+    for name in ("k", "v", "cache_loc", "k_scale", "v_scale"):
+        as_bytes = lambda t: t.reshape(-1).view(torch.uint8)  # noqa: E731 (NaN-safe; a 0-d scale too)
+        if name in before and not torch.equal(as_bytes(before[name]), as_bytes(after[name])):
+            fail(impl, f"modified its input {name} (an e5m2 call):", f"{name}'s buffer changed", case)
+
+
+@given(data=st.data())
+def test_e5m2_is_bit_exact(data, impl, device, recipe):
+    """Drawn e5m2 Cases (any layout, dtype, scale kind, special values at e5m2's edges): whole caches
+    equal the reference's, and no input changes (the scale tensors included)."""
+    target = held(impl)
+    size = "large" if device.type == "cuda" else "small"
+    case = data.draw(e5m2_cases(impl, recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
+    built = build(case, device)
+    expected = run_reference(case, device, built.copy(inputs=False))
+    before = built.snapshot()
+    actual, error = run_impl(case, target, device, built)
+    if error:
+        fail(target, "raises on a valid e5m2 call:", error, case)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference on an e5m2 cache (recipe {case.recipe}, {case.cache_dtype}):",
+             report, case)
+    _inputs_unmodified(target, before, actual.buffers, case)
+
+
+# bf16 bits of values at e5m2's edges (scale 1): what docs/e5m2.md states for each, saturate / non-saturate
+EDGES = (
+    (0x4760, "57344", 0x7B, 0x7B), (0xC760, "-57344", 0xFB, 0xFB),
+    (0x4768, "59392", 0x7B, 0x7B), (0x476F, "61184", 0x7B, 0x7B),
+    (0x4770, "61440 (tie: even 65536)", 0x7B, 0x7C), (0xC770, "-61440", 0xFB, 0xFC),
+    (0x4780, "65536", 0x7B, 0x7C), (0x7149, "~1e30", 0x7B, 0x7C),
+    (0x7F80, "+inf", 0x7B, 0x7C), (0xFF80, "-inf", 0xFB, 0xFC),
+    (0x7FC0, "NaN", 0x7F, 0x7F), (0xFFC0, "-NaN", 0x7F, 0x7F), (0x7F81, "signalling NaN", 0x7F, 0x7F),
+    (0x3780, "2**-16", 0x01, 0x01), (0x3700, "2**-17 (tie: even 0)", 0x00, 0x00),
+    (0xB700, "-2**-17", 0x80, 0x80), (0x37C0, "3 * 2**-17 (tie: even 2**-15)", 0x02, 0x02),
+    (0x3680, "2**-18", 0x00, 0x00), (0x8000, "-0", 0x80, 0x80), (0x0001, "bf16 subnormal", 0x00, 0x00),
+    (0x3F90, "1.125 (tie: even 1.0)", 0x3C, 0x3C), (0x3FB0, "1.375 (tie: even 1.5)", 0x3E, 0x3E),
+    (0x3880, "2**-14 (smallest normal)", 0x04, 0x04),
+)
+
+
+def _edge_case(cache_dtype: str, recipe: str) -> Case:
+    """One token, one head, the edge values in K and V (V reversed), slot 2 of 4 one-slot pages, scale 1."""
+    n = len(EDGES)
+    over = tuple(Override(t, i if t == "k" else n - 1 - i, bits, label)
+                 for t in ("k", "v") for i, (bits, label, _, _) in enumerate(EDGES))
+    return Case(num_tokens=1, num_heads=1, head_dim=n, page_size=1, num_pages=4, cache_loc=(2,),
+                cache_dtype=cache_dtype, overrides=over, recipe=recipe, cache_format="fp8_e5m2")
+
+
+@pytest.mark.parametrize("cache_dtype", ["float8_e5m2", "uint8"])
+def test_e5m2_edges(cache_dtype, impl, device, recipe):
+    """The reference gives the stated bytes at e5m2's edges, and the implementation the reference's."""
+    target = held(impl)
+    if cache_dtype == "uint8" and target is impl:
+        pytest.skip(f"{impl.name} takes no cache_dtype keyword: a uint8 cache cannot be told it holds e5m2")
+    case = impl.fit(_edge_case(cache_dtype, recipe))
+    expected = run_reference(case, device)
+    slot = expected.k_cache.view(torch.uint8)[2, 0, 0].cpu().tolist()
+    column = 2 if RECIPES[case.recipe].overflow == "saturate" else 3
+    stated = [edge[column] for edge in EDGES]
+    assert slot == stated, (f"the reference's e5m2 bytes at the edges (recipe {case.recipe}) are "
+                            f"{[hex(b) for b in slot]}, docs/e5m2.md states {[hex(b) for b in stated]}")
+    actual, error = run_impl(case, target, device)
+    if error:
+        fail(target, "raises on a valid e5m2 call (edge values):", error, case)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference at e5m2's edges (recipe {case.recipe}, {cache_dtype}):",
+             report, case)
+
+
+def test_uint8_without_cache_dtype_is_e4m3(impl, device):
+    """A uint8 cache and no cache_dtype: e4m3 bytes, as before e5m2 existed (the same call with
+    cache_dtype="fp8_e5m2" writes other bytes for these values, so the two cannot be confused)."""
+    case = impl.fit(_edge_case("uint8", impl.recipe or "divide").replace(cache_format="fp8_e4m3"))
+    expected = run_reference(case, device)
+    as_e5m2 = run_reference(case.replace(cache_format="fp8_e5m2"), device)
+    assert compare_caches(expected, as_e5m2) is not None, "e4m3 and e5m2 bytes coincide on the edge values"
+    actual, error = run_impl(case, impl, device)
+    if error:
+        fail(impl, "raises on a valid call (uint8 caches, no cache_dtype):", error, case)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(impl, "a uint8 cache with no cache_dtype must hold e4m3 bytes:", report, case)
+
+
+@pytest.mark.argument_contract
+@pytest.mark.parametrize("caches, cache_dtype, named", [
+    (("float8_e4m3fn", "float8_e4m3fn"), "fp8_e5m2", "k_cache"),
+    (("float8_e5m2", "float8_e5m2"), torch.float8_e4m3fn, "k_cache"),
+    (("uint8", "float8_e5m2"), "fp8_e4m3", "v_cache"),
+    (("float8_e4m3fn", "float8_e5m2"), None, "v_cache"),
+])
+def test_contradicting_cache_dtype_is_refused(caches, cache_dtype, named, impl, device):
+    """A float8 cache whose dtype contradicts cache_dtype (or the other cache) is a ValueError naming
+    it and cache_dtype, raised before anything is written."""
+    if cache_dtype is not None and not _takes_cache_dtype(impl):
+        pytest.skip(f"{impl.name} takes no cache_dtype keyword")
+    case = impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
+                         seed=3, recipe=impl.recipe or "divide"))
+    built = build(case, device)
+    views = {name: built.buffers[name].view(getattr(torch, dtype)).as_strided(t.shape, t.stride(),
+                                                                             t.storage_offset())
+             for name, t, dtype in (("k_cache", built.k_cache, caches[0]), ("v_cache", built.v_cache, caches[1]))}
+    built = dataclasses.replace(built, **views)
+    target = impl if cache_dtype is None else dataclasses.replace(impl, kwargs={**impl.kwargs,
+                                                                                "cache_dtype": cache_dtype})
+    before = built.snapshot()
+    with pytest.raises(ValueError, match=rf"{named}.dtype .* contradicts"):
+        target.run(built)
+    for name in ("k_cache", "v_cache"):
+        assert torch.equal(built.buffers[name], before[name]), f"{name} was written before the error"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(_test_device().type != "cuda", reason="CUDA graphs need CUDA (no CUDA device here, or "
+                                                        "TRITON_INTERPRET is set)")
+@graph_settings
+@given(data=st.data())
+def test_e5m2_capture_and_replay(data, impl, device):
+    """A captured e5m2 call (any scale kind) replays bit-exact, and creates no tensor while captured."""
+    target = held(impl)
+    case = data.draw(writing_cases(e5m2_cases(impl, size="large", checked=False, allow_out_of_range=True)),
+                     label="case")
+    built = build(case, device)
+    pristine = built.snapshot()
+    graph = capture(target, [lambda: target.invoke(built.call())], [case])
+    restore(built, pristine)
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = run_reference(case, device)
+    report = compare_caches(expected, built)
+    if report:
+        fail(target, f"a replayed e5m2 call differs from the reference (recipe {case.recipe}):", report, case)
+
+
+# ---- the reference against torch's own e5m2 cast (no implementation: cheap, CPU) ---------------
+
+#: torch's CPU unfused write, k.div_(s).to(float8_e5m2): a true division stored in k's dtype, then a
+#: cast that never saturates (docs/facts.md, fact 5). No named recipe computes that combination on
+#: e4m3 (the CPU's e4m3 cast saturates), so it is spelled out here.
+CPU_UNFUSED_E5M2 = Recipe("cpu-unfused-e5m2", "divide", "fp32", "input", "nan", "k.div_(s).to(float8_e5m2), CPU")
+NON_SATURATING = RECIPES["unfused-nan"]  # its overflow rule; the arithmetic is not used below
+SATURATING = RECIPES["divide"]
+
+
+def _e5m2(y: torch.Tensor) -> torch.Tensor:
+    return y.to(torch.float8_e5m2).view(torch.uint8)
+
+
+def _match(y: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
+    """Bytes equal, except that torch's cast keeps a NaN's sign (both must be e5m2 NaN bytes then)."""
+    nan_byte = lambda b: ((b & 0x7F) > 0x7C)  # noqa: E731 (e5m2's NaNs: 0x7D..0x7F, either sign)
+    bad = ((ours != theirs) & ~(nan_byte(ours) & nan_byte(theirs))).nonzero().flatten()
+    first = ", ".join(f"{y[i].item()!r}: reference 0x{int(ours[i]):02X}, torch 0x{int(theirs[i]):02X}"
+                      for i in bad[:6].tolist())
+    assert bad.numel() == 0, (f"{what}: {bad.numel()} of {y.numel()} values differ from torch "
+                              f"{torch.__version__}'s e5m2 cast; first: {first}")
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_e5m2_rounding_equals_torch_cast(dtype: str, scale: float):
+    """encode_fp8 onto e5m2 == torch's .to(float8_e5m2) of fp32 values: every pattern, each divided
+    by the scale (fp32 quotients that are not bf16/fp16 values), and each pattern's midpoint with its
+    upper neighbour (ties at every e5m2 binade, 61440 among them). The non-saturating rule is
+    torch's; the saturating rule is torch's cast after a clamp to ±57344 (cvt.rn.satfinite)."""
+    x = all_patterns(DTYPES[dtype]).float()
+    values = {"x": x, f"x / {scale}": x / fp32(scale),
+              "between neighbours": ((x[:-1].double() + x[1:].double()) / 2).float()}  # exact in fp32
+    for what, y in values.items():
+        _match(y, encode_fp8(y, NON_SATURATING, E5M2), _e5m2(y), f"{dtype} {what}: non-saturating")
+        _match(y, encode_fp8(y, SATURATING, E5M2), _e5m2(y.clamp(-57344.0, 57344.0)), f"{dtype} {what}: saturating")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_unfused_e5m2_write_equals_div_cast(dtype: str):
+    """The reference with the CPU's unfused arithmetic onto e5m2 == x.div_(s).to(float8_e5m2) on the CPU."""
+    x = all_patterns(DTYPES[dtype])
+    for scale in SCALES:
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), CPU_UNFUSED_E5M2, "fp8_e5m2")
+        assert_bytes_match(x, ours, _e5m2(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + e5m2 cast")
+
