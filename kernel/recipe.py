@@ -21,7 +21,7 @@ rounds onto the e5m2 grid instead (2 mantissa bits, subnormals from 2**-16, larg
          |q| > 57344 -> +-57344 (0x7B/0xFB)       overflow == "saturate" (+-inf too): cvt.rn.satfinite.e5m2
          |q| > 57344 -> +-inf (0x7C/0xFC)         overflow == "nan": the non-saturating cast's rule, which on
                                                   e5m2 (a format with infinities) overflows to inf, as
-                                                  torch's .to(float8_e5m2) does on every device
+                                                  torch's .to(float8_e5m2) does (CPU: docs/facts.md)
     NaN in any step -> 0x7F                       as for e4m3 (e5m2's NaN bytes are 0x7D..0x7F; 0x7F is
                                                   the one cvt.rn.satfinite.e5m2 and torch write for +NaN)
 So `divide` on an e5m2 cache is vLLM's CUDA write (csrc/quantization/fp8/nvidia/quant_utils.cuh,
