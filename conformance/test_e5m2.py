@@ -28,16 +28,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
-from conformance.harness import fail, run_impl, run_reference
+from conformance.harness import execute, fail, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.impls import test_device as _test_device  # not collected as a test
-from conformance.test_fidelity import DTYPES, SCALES, all_patterns, assert_bytes_match, fp32
+from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
+from conformance.test_fidelity import DTYPES, SCALES, all_patterns, fp32
 from conformance.test_graphs import capture, graph_settings, restore
 from kernel.plan import ScaleArg
 from kernel.recipe import RECIPES, Recipe
 from kernel.reference import E5M2, encode_fp8, quantize
 from strategies.build import build
-from strategies.case import Case, Override
+from strategies.case import Case, Override, Scale
 from strategies.replay import writing_cases
 
 E5M2_FORMAT = ("fp8_e5m2",)
@@ -143,6 +144,26 @@ def test_e5m2_edges(cache_dtype, impl, device, recipe):
     if report:
         fail(target, f"differs from the reference at e5m2's edges (recipe {case.recipe}, {cache_dtype}):",
              report, case)
+
+
+@pytest.mark.parametrize("scales", CPU_SCALES.values(), ids=CPU_SCALES.keys())
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_e5m2_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale], impl, device):
+    """Every bf16 and fp16 pattern into an e5m2 cache (test_exhaustive's Case and fill; k and v scales
+    that overflow, underflow and are brought into range first), bit-exact. float8_e5m2 caches, and
+    uint8 ones told cache_dtype where the implementation takes it."""
+    target = held(impl)
+    cache_dtype = "uint8" if target is not impl and scales is CPU_SCALES["1e-30/none"] else "float8_e5m2"
+    case = impl.fit(pattern_case(dtype, *scales, recipe).replace(cache_format="fp8_e5m2", cache_dtype=cache_dtype))
+    expected = fill_patterns(build(case, device))
+    run_reference(case, device, expected)
+    actual = fill_patterns(build(case, device))
+    execute(target, actual, fill=FILL)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference over all {dtype} patterns into an e5m2 cache ({cache_dtype}; k in "
+                     f"order, v permuted by {PERMUTE}), recipe {case.recipe}, k_scale {case.k_scale}, v_scale "
+                     f"{case.v_scale}:", report, case, fill=FILL)
 
 
 def test_uint8_without_cache_dtype_is_e4m3(impl, device):
@@ -255,5 +276,5 @@ def test_cpu_unfused_e5m2_write_equals_div_cast(dtype: str):
     x = all_patterns(DTYPES[dtype])
     for scale in SCALES:
         ours = quantize(x, ScaleArg("float", fp32(scale), None), CPU_UNFUSED_E5M2, "fp8_e5m2")
-        assert_bytes_match(x, ours, _e5m2(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + e5m2 cast")
+        _match(x.float(), ours, _e5m2(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + e5m2 cast")
 

@@ -8,7 +8,7 @@ opaque op that mutates its two caches. Schema (a scale travels in one of two slo
         Tensor? k_scale, Tensor? v_scale,              # a 0-d / 1-element fp32 device tensor, or None
         float? k_scale_value, float? v_scale_value,    # a Python float scale, or None
         SymInt page_size, str recipe, bool checked, str? encoder, bool use_triton,
-        str? cache_dtype) -> ()                        # "fp8_e4m3" / "fp8_e5m2" or None
+        str? cache_dtype=None) -> ()                   # "fp8_e4m3" / "fp8_e5m2", or None
 
 At most one of `k_scale` / `k_scale_value` is given (both None means 1.0). `fused_fp8_set_kv_buffer_op`
 below has the same Python signature as `kernel.fused_fp8_set_kv_buffer` and splits the scale into
@@ -36,7 +36,7 @@ OP_NAME = "kvfp8::fused_fp8_set_kv_buffer"
 
 _SCHEMA = ("fused_fp8_set_kv_buffer(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, "
            "Tensor cache_loc, Tensor? k_scale, Tensor? v_scale, float? k_scale_value, float? v_scale_value, "
-           "SymInt page_size, str recipe, bool checked, str? encoder, bool use_triton, str? cache_dtype) -> ()")
+           "SymInt page_size, str recipe, bool checked, str? encoder, bool use_triton, str? cache_dtype=None) -> ()")
 
 # Defined with torch.library.Library, not torch.library.custom_op: custom_op's Python wrappers (its
 # autograd and in-place handling) cost about 14 us a call on the CPU machine, most of the op's
@@ -49,7 +49,7 @@ _LIB.define(_SCHEMA)
 def _fused_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               cache_loc: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
               k_scale_value: float | None, v_scale_value: float | None, page_size: int, recipe: str,
-              checked: bool, encoder: str | None, use_triton: bool, cache_dtype: str | None) -> None:
+              checked: bool, encoder: str | None, use_triton: bool, cache_dtype: str | None = None) -> None:
     ks = _one_scale("k_scale", k_scale, k_scale_value)
     vs = _one_scale("v_scale", v_scale, v_scale_value)
     fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, ks, vs, page_size, use_triton,
@@ -64,7 +64,7 @@ _LIB.impl("fused_fp8_set_kv_buffer", _fused_op, "CompositeExplicitAutograd")
 
 @torch.library.register_fake(OP_NAME, lib=_LIB)
 def _fused_op_fake(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, k_scale_value, v_scale_value,
-                   page_size, recipe, checked, encoder, use_triton, cache_dtype) -> None:
+                   page_size, recipe, checked, encoder, use_triton, cache_dtype=None) -> None:
     # Float scales are left out: their fp32 check builds a tensor from the value (real impl only).
     # checked=False here: the range check reads cache_loc's values, which fake tensors do not have.
     # Under dynamic shapes page_size may arrive as a SymInt; make_plan wants an int (this guards on it).
