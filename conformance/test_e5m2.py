@@ -24,16 +24,28 @@ import inspect
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
-from conformance.harness import execute, fail, run_impl, run_reference
+from conformance.harness import check_case, execute, fail, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.impls import test_device as _test_device  # not collected as a test
+from conformance.test_compile import (
+    ALL_OPCHECKS,
+    BACKEND,
+    FP8_OPCHECKS,
+    OP,
+    SMALL,
+    assert_op_traced,
+    compile_settings,
+    fused_encoder,
+    op_args,
+)
 from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
 from conformance.test_fidelity import DTYPES, SCALES, all_patterns, fp32
 from conformance.test_graphs import capture, graph_settings, restore
+from kernel.custom_op import fused_fp8_set_kv_buffer_op
 from kernel.plan import ScaleArg
 from kernel.recipe import RECIPES, Recipe
 from kernel.reference import E5M2, encode_fp8, quantize
@@ -207,6 +219,32 @@ def test_contradicting_cache_dtype_is_refused(caches, cache_dtype, named, impl, 
         target.run(built)
     for name in ("k_cache", "v_cache"):
         assert torch.equal(built.buffers[name], before[name]), f"{name} was written before the error"
+
+
+@compile_settings
+@given(data=st.data())
+def test_e5m2_custom_op_and_compile(data, impl, device, recipes):
+    """The custom op with cache_dtype passes opcheck (float8_e5m2 caches: all but test_schema,
+    pytorch/pytorch#135998; uint8: all), and a torch.compile(fullgraph=True) caller writes the reference's
+    bytes. This repository's kernel only, as conformance/test_compile.py."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    encoder = fused_encoder(impl)
+    case = data.draw(held(impl).cases(recipes=recipes, cache_formats=E5M2_FORMAT, **SMALL), label="case")
+    assume(case.num_tokens > 0)  # as test_compile.test_opcheck: opcheck's clone of 0-token tensors
+    tests = ALL_OPCHECKS if case.cache_dtype == "uint8" else FP8_OPCHECKS
+    torch.library.opcheck(OP, (*op_args(build(case, device), encoder), case.cache_format), test_utils=tests)
+    counter = CompileCounterWithBackend(BACKEND)
+
+    def step(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, *, recipe, checked,
+             cache_dtype):
+        fused_fp8_set_kv_buffer_op(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                                   checked=checked, encoder=encoder, cache_dtype=cache_dtype)
+
+    torch._dynamo.reset()
+    fn = torch.compile(step, backend=counter, fullgraph=True, dynamic=data.draw(st.booleans(), label="dynamic"))
+    check_case(case, Implementation(f"compiled-{BACKEND}-{encoder}", fn, {"cache_dtype": "fp8_e5m2"}), device)
+    assert_op_traced(counter)
 
 
 @pytest.mark.cuda
