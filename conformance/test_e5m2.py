@@ -9,8 +9,8 @@ Properties: drawn e5m2 Cases are bit-exact over both whole caches, contiguous an
 every input (scale tensors included) unmodified; fixed edge values (57344, the 61440 tie, ±inf, NaN,
 subnormals down to 2**-16 and the tie below it, normal-range ties) give the bytes docs/e5m2.md states;
 uint8 with no cache_dtype is still e4m3; a cache_dtype that contradicts a float8 cache is a ValueError;
-(CUDA) a captured e5m2 call replays bit-exact. The reference itself is held to torch's own e5m2 cast
-where that cast is the step it models (every bf16/fp16 pattern, as test_fidelity does for e4m3).
+(CUDA) a captured e5m2 call replays bit-exact; every bf16/fp16 pattern; the custom op and torch.compile.
+The reference itself is held to torch's own e5m2 cast in conformance/test_fidelity.py.
 
 The kvfp8 convention passes `cache_dtype` only to an implementation whose signature takes it (a fixed
 keyword here: conformance.conventions passes no other keyword); without it only float8_e5m2 caches are
@@ -43,12 +43,9 @@ from conformance.test_compile import (
     op_args,
 )
 from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
-from conformance.test_fidelity import DTYPES, SCALES, all_patterns, fp32
 from conformance.test_graphs import capture, graph_settings, restore
 from kernel.custom_op import fused_fp8_set_kv_buffer_op
-from kernel.plan import ScaleArg
-from kernel.recipe import RECIPES, Recipe
-from kernel.reference import E5M2, encode_fp8, quantize
+from kernel.recipe import RECIPES
 from strategies.build import build
 from strategies.case import Case, Override, Scale
 from strategies.replay import writing_cases
@@ -267,52 +264,3 @@ def test_e5m2_capture_and_replay(data, impl, device):
     report = compare_caches(expected, built)
     if report:
         fail(target, f"a replayed e5m2 call differs from the reference (recipe {case.recipe}):", report, case)
-
-
-# ---- the reference against torch's own e5m2 cast (no implementation: cheap, CPU) ---------------
-
-#: torch's CPU unfused write, k.div_(s).to(float8_e5m2): a true division stored in k's dtype, then a
-#: cast that never saturates (docs/facts.md, fact 5). No named recipe computes that combination on
-#: e4m3 (the CPU's e4m3 cast saturates), so it is spelled out here.
-CPU_UNFUSED_E5M2 = Recipe("cpu-unfused-e5m2", "divide", "fp32", "input", "nan", "k.div_(s).to(float8_e5m2), CPU")
-NON_SATURATING = RECIPES["unfused-nan"]  # its overflow rule; the arithmetic is not used below
-SATURATING = RECIPES["divide"]
-
-
-def _e5m2(y: torch.Tensor) -> torch.Tensor:
-    return y.to(torch.float8_e5m2).view(torch.uint8)
-
-
-def _match(y: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
-    """Bytes equal, except that torch's cast keeps a NaN's sign (both must be e5m2 NaN bytes then)."""
-    nan_byte = lambda b: ((b & 0x7F) > 0x7C)  # noqa: E731 (e5m2's NaNs: 0x7D..0x7F, either sign)
-    bad = ((ours != theirs) & ~(nan_byte(ours) & nan_byte(theirs))).nonzero().flatten()
-    first = ", ".join(f"{y[i].item()!r}: reference 0x{int(ours[i]):02X}, torch 0x{int(theirs[i]):02X}"
-                      for i in bad[:6].tolist())
-    assert bad.numel() == 0, (f"{what}: {bad.numel()} of {y.numel()} values differ from torch "
-                              f"{torch.__version__}'s e5m2 cast; first: {first}")
-
-
-@pytest.mark.parametrize("scale", SCALES)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_reference_e5m2_rounding_equals_torch_cast(dtype: str, scale: float):
-    """encode_fp8 onto e5m2 == torch's .to(float8_e5m2) of fp32 values: every pattern, each divided
-    by the scale (fp32 quotients that are not bf16/fp16 values), and each pattern's midpoint with its
-    upper neighbour (ties at every e5m2 binade, 61440 among them). The non-saturating rule is
-    torch's; the saturating rule is torch's cast after a clamp to ±57344 (cvt.rn.satfinite)."""
-    x = all_patterns(DTYPES[dtype]).float()
-    values = {"x": x, f"x / {scale}": x / fp32(scale),
-              "between neighbours": ((x[:-1].double() + x[1:].double()) / 2).float()}  # exact in fp32
-    for what, y in values.items():
-        _match(y, encode_fp8(y, NON_SATURATING, E5M2), _e5m2(y), f"{dtype} {what}: non-saturating")
-        _match(y, encode_fp8(y, SATURATING, E5M2), _e5m2(y.clamp(-57344.0, 57344.0)), f"{dtype} {what}: saturating")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cpu_unfused_e5m2_write_equals_div_cast(dtype: str):
-    """The reference with the CPU's unfused arithmetic onto e5m2 == x.div_(s).to(float8_e5m2) on the CPU."""
-    x = all_patterns(DTYPES[dtype])
-    for scale in SCALES:
-        ours = quantize(x, ScaleArg("float", fp32(scale), None), CPU_UNFUSED_E5M2, "fp8_e5m2")
-        _match(x.float(), ours, _e5m2(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + e5m2 cast")
-
