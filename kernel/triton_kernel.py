@@ -117,9 +117,11 @@ def _e4m3_hw(y, SATURATE: tl.constexpr, E5M2: tl.constexpr):
     if E5M2:
         # Triton lowers fp32 -> fp8e5 (rtne) to cvt.rn.satfinite.e5m2x2.f32 on sm_89+, but below that
         # to other sequences: clamping first makes ±57344 the answer on every target, not the
-        # conversion's choice. A NaN fails the comparison, stays NaN and becomes 0x7F, as in e4m3.
+        # conversion's choice. NaN likewise: cvt's canonical NaN is 0x7F, but the interpreter's cast
+        # gives 0x7E/0xFE (measured), so the byte is set here rather than left to the conversion.
         big = tl.abs(y) > 57344.0
         byte = tl.where(big, tl.where(y > 0, 57344.0, -57344.0), y).to(tl.float8e5).to(tl.uint8, bitcast=True)
+        byte = tl.where(y != y, 0x7F, byte).to(tl.uint8)
         if not SATURATE:
             # From 61440 (the tie that rounds to 65536) the non-saturating rule gives inf: ±57344's
             # byte (0x7B/0xFB) plus one (0x7C/0xFC).
