@@ -94,9 +94,9 @@ def e4m3_magnitude(byte: int) -> float:
 _MAGNITUDES: dict[tuple[str, torch.device], torch.Tensor] = {}
 
 
-def _magnitudes(fmt: Format, device: torch.device) -> torch.Tensor:
+def _magnitudes(device: torch.device, fmt: Format = E4M3) -> torch.Tensor:
     """fmt's finite magnitudes by byte, ascending up to max_finite (float64, exact), made once per device:
-    127 for e4m3 (0x00..0x7E), 124 for e5m2 (0x00..0x7B)."""
+    127 for e4m3 (0x00..0x7E), 124 for e5m2 (0x00..0x7B). (conformance/diagnosis reads e4m3's.)"""
     table = _MAGNITUDES.get((fmt.name, device))
     if table is None:
         values = []
@@ -118,7 +118,7 @@ def encode_fp8(y: torch.Tensor, recipe: Recipe, fmt: Format = E4M3) -> torch.Ten
     # Saturate (cvt.rn.satfinite, torch >= 2.12's e4m3 cast): past the range is ±max_finite. The "nan"
     # rule replaces these bytes below; NaN gets a placeholder magnitude so that the lookup stays defined.
     mag = mag.clamp(max=fmt.max_finite).masked_fill(nan, 0.0)
-    byte = torch.searchsorted(_magnitudes(fmt, q.device), mag)  # mag is exactly a table entry
+    byte = torch.searchsorted(_magnitudes(q.device, fmt), mag)  # mag is exactly a table entry
     if recipe.overflow == "nan":  # the non-saturating cast: e4m3 NaN (c10's fp8e4m3fn_from_fp32_value), e5m2 inf
         byte = byte.masked_fill(overflow, fmt.overflow_byte)
     byte = byte | torch.signbit(q) * 0x80  # the sign bit
