@@ -315,3 +315,47 @@ def test_cpu_unfused_e5m2_write_equals_div_cast(dtype: str):
         ours = quantize(x, ScaleArg("float", fp32(scale), None), CPU_UNFUSED_E5M2, "fp8_e5m2")
         _match(x.float(), ours, _e5m2(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + e5m2 cast")
 
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_unfused_nan_e5m2_equals_div_float_cast(dtype: str):
+    """unfused-nan onto e5m2 == x.div_(float).to(float8_e5m2) on CUDA (a reciprocal multiply, fact 1, then
+    torch's e5m2 cast, which the spec takes to overflow to inf there as on the CPU: fact 5)."""
+    if not CUDA:
+        pytest.skip("CUDA only: models the CUDA unfused e5m2 write; no CUDA device here")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), RECIPES["unfused-nan"], "fp8_e5m2").cpu()
+        theirs = _e5m2(x.clone().div_(scale)).cpu()
+        _match(x.float().cpu(), ours, theirs, f"{dtype} CUDA div_({scale}) + e5m2 cast")
+
+
+@triton.jit
+def _e5m2_kernel(x_ptr, out_ptr, s, n, DIVIDE: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=0.0).to(tl.float32)
+    if DIVIDE:
+        y = tl.math.div_rn(x, s + tl.zeros_like(x))
+    else:
+        y = x * tl.math.div_rn(1.0, s)
+    tl.store(out_ptr + i, y.to(tl.float8e5), mask=i < n)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe", ["single", "divide"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_triton_e5m2_recipes_equal_tiny_kernels(dtype: str, recipe: str):
+    """single / divide onto e5m2 == Triton's compiled (x * (1/s)) / (x / s) .to(tl.float8e5), no clamp:
+    cvt.rn.satfinite.e5m2x2.f32 on sm_89+ saturates to ±57344 by itself (docs/e5m2.md)."""
+    if not CUDA:
+        pytest.skip("CUDA only: models Triton's compiled e5m2 cast; no CUDA device here")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip(f"cvt.rn.satfinite.e5m2 needs sm_89+, this is sm_{torch.cuda.get_device_capability()}")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        out = torch.empty(x.shape, dtype=torch.float8_e5m2, device="cuda")
+        _e5m2_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, fp32(scale), x.numel(), DIVIDE=recipe == "divide",
+                                                      BLOCK=1024)
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), RECIPES[recipe], "fp8_e5m2").cpu()
+        _match(x.float().cpu(), ours, _bytes(out), f"{dtype} Triton {recipe} e5m2 kernel at {scale}")
