@@ -175,6 +175,44 @@ def test_e5m2_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale],
                      f"{case.v_scale}:", report, case, fill=FILL)
 
 
+@given(data=st.data())
+def test_e5m2_storage_and_spelling_are_equivalent(data, impl, device):
+    """Equivalence: float8_e5m2 caches, and uint8 caches told cache_dtype="fp8_e5m2" or torch.float8_e5m2,
+    get the same bytes from the implementation itself (whole buffers compared)."""
+    if not _takes_cache_dtype(impl):
+        pytest.skip(f"{impl.name} takes no cache_dtype keyword: a uint8 cache cannot be told it holds e5m2")
+    case = data.draw(impl.cases(cache_formats=E5M2_FORMAT, cache_dtypes=("float8_e5m2",), allow_out_of_range=True),
+                     label="case")
+    calls = ((case, "fp8_e5m2"), (case.replace(cache_dtype="uint8"), "fp8_e5m2"),
+             (case.replace(cache_dtype="uint8"), torch.float8_e5m2))
+    built = []
+    for c, spelled in calls:
+        target = dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": spelled})
+        actual, error = run_impl(c, target, device)
+        if error:
+            fail(target, f"raises on a valid e5m2 call ({c.cache_dtype} caches, cache_dtype={spelled!r}):", error, c)
+        built.append(actual)
+    for actual, (c, spelled) in zip(built[1:], calls[1:]):
+        report = compare_caches(built[0], actual)
+        if report:
+            fail(impl, f"uint8 caches with cache_dtype={spelled!r} hold other bytes than float8_e5m2 caches "
+                       f"(expected: the float8_e5m2 call's bytes):", report, c)
+
+
+@given(data=st.data())
+def test_formats_alternate_on_one_layout(data, impl, device):
+    """Repeat: one uint8 layout written as e4m3, as e5m2, then as e4m3 again (other data each time): each
+    call bit-exact, so nothing of one format's call (a remembered launch, say) leaks into the next."""
+    target = held(impl)
+    if target is impl:
+        pytest.skip(f"{impl.name} takes no cache_dtype keyword: one uint8 layout cannot alternate formats")
+    case = data.draw(impl.cases(cache_dtypes=("uint8",), allow_out_of_range=True), label="case")
+    seeds = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3), label="seeds")
+    for seed, fmt in zip(seeds, ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3")):
+        c = case.replace(seed=seed, cache_format=fmt)
+        check_case(c, target if fmt == "fp8_e5m2" else impl, device)
+
+
 def test_uint8_without_cache_dtype_is_e4m3(impl, device):
     """A uint8 cache and no cache_dtype: e4m3 bytes, as before e5m2 existed (the same call with
     cache_dtype="fp8_e5m2" writes other bytes for these values, so the two cannot be confused)."""
