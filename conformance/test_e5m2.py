@@ -44,11 +44,13 @@ from conformance.test_compile import (
 )
 from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
 from conformance.test_graphs import capture, graph_settings, restore
+from conformance.test_per_head import _per_head, _skip_unless_per_head
 from kernel.custom_op import fused_fp8_set_kv_buffer_op
 from kernel.recipe import RECIPES
 from strategies.build import build
 from strategies.case import Case, Override, Scale
 from strategies.replay import writing_cases
+from strategies.scales import per_head_values
 
 E5M2_FORMAT = ("fp8_e5m2",)
 
@@ -211,6 +213,25 @@ def test_formats_alternate_on_one_layout(data, impl, device):
     for seed, fmt in zip(seeds, ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3")):
         c = case.replace(seed=seed, cache_format=fmt)
         check_case(c, target if fmt == "fp8_e5m2" else impl, device)
+
+
+@given(data=st.data())
+def test_e5m2_per_head_scales(data, impl, device, recipe):
+    """Per-head scales ([H] float32, strided or not) on e5m2 caches: bit-exact (test_per_head's property)."""
+    _skip_unless_per_head(impl)
+    target = held(impl)
+    case = data.draw(e5m2_cases(impl, recipes=(recipe,), allow_out_of_range=True, min_heads=2), label="case")
+    values = data.draw(per_head_values(case.num_heads), label="k_scale_per_head")
+    step = data.draw(st.sampled_from((1, 2)), label="scale_step")
+    expected = _per_head(build(case, device), "k_scale", values, step)
+    run_reference(case, device, expected)
+    actual, error = run_impl(case, target, device, _per_head(build(case, device), "k_scale", values, step))
+    if error:
+        fail(target, f"raises on a valid e5m2 call with per-head k_scale {list(values)}:", error)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference on an e5m2 cache with per-head k_scale {list(values)} "
+                     f"(recipe {case.recipe}):", report)
 
 
 def test_uint8_without_cache_dtype_is_e4m3(impl, device):
