@@ -9,7 +9,9 @@ Properties: drawn e5m2 Cases are bit-exact over both whole caches, contiguous an
 every input (scale tensors included) unmodified; fixed edge values (57344, the 61440 tie, ±inf, NaN,
 subnormals down to 2**-16 and the tie below it, normal-range ties) give the bytes docs/e5m2.md states;
 uint8 with no cache_dtype is still e4m3; a cache_dtype that contradicts a float8 cache is a ValueError;
-(CUDA) a captured e5m2 call replays bit-exact; every bf16/fp16 pattern; the custom op and torch.compile.
+float8_e5m2 and uint8 caches spelled either way hold the same bytes; e4m3 and e5m2 calls alternate on one
+layout; per-head scales; every bf16/fp16 pattern; the custom op and torch.compile; (CUDA) a captured
+e5m2 call replays bit-exact. Each stands in for its family on e5m2 (docs/e5m2.md).
 The reference itself is held to torch's own e5m2 cast in conformance/test_fidelity.py.
 
 The kvfp8 convention passes `cache_dtype` only to an implementation whose signature takes it (a fixed
