@@ -55,9 +55,10 @@ def locate(case: Case, which: str, flat: int) -> Position:
     return Position("view", *coords)
 
 
-def decode_e4m3(byte: int) -> float:
-    """The value of an e4m3fn byte."""
-    return torch.tensor([byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float().item()
+def decode_e4m3(byte: int, cache_format: str = "fp8_e4m3") -> float:
+    """The value of an e4m3fn byte (of an e5m2 byte, for an e5m2 Case's cache_format)."""
+    dtype = torch.float8_e5m2 if cache_format == "fp8_e5m2" else torch.float8_e4m3fn
+    return torch.tensor([byte], dtype=torch.uint8).view(dtype).float().item()
 
 
 def _scale_value(built: Built, which: str, head: int) -> float:
@@ -78,8 +79,9 @@ def _scaled(case: Case, x: torch.Tensor, s: float) -> float:
 def describe_byte(built: Built, which: str, flat: int, expected: int, actual: int) -> str:
     case = built.case
     pos = locate(case, which, flat)
-    line = f"  {which}[{flat}] expected 0x{expected:02X} ({decode_e4m3(expected):g}) " \
-           f"actual 0x{actual:02X} ({decode_e4m3(actual):g}) at {pos.region}"
+    fmt = case.cache_format
+    line = f"  {which}[{flat}] expected 0x{expected:02X} ({decode_e4m3(expected, fmt):g}) " \
+           f"actual 0x{actual:02X} ({decode_e4m3(actual, fmt):g}) at {pos.region}"
     if pos.region != "view":
         return line
     slot = pos.slot(case.page_size)

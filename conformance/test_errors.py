@@ -208,7 +208,8 @@ MUTATIONS = [
                  torch.float16 if c["k"].dtype != torch.float16 else torch.bfloat16))),
     Mutation("kv-token-mismatch", ValueError, r"v has \d+ tokens but k has", _grow("v", 0)),
     Mutation("cache-dtype", TypeError, r"(k|v)_cache\.dtype must be",
-             _retype(CACHES, (torch.float16, torch.int8, torch.int32, torch.float8_e5m2))),
+             # float8_e5m2 is a valid cache now (docs/e5m2.md); its fnuz variant is not
+             _retype(CACHES, (torch.float16, torch.int8, torch.int32, torch.float8_e5m2fnuz))),
     Mutation("cache-rank", ValueError, r"(k|v)_cache must be 3-D",
              lambda c, b, d: c.__setitem__("k_cache", c["k_cache"].unsqueeze(0))),
     Mutation("cache-shape-mismatch", ValueError, r"v_cache shape .* must equal k_cache shape", _grow("v_cache", 0)),

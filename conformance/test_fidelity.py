@@ -19,8 +19,8 @@ from hypothesis import given
 from conformance.bytediff import diff_buffers
 from conformance.harness import run_reference
 from kernel.plan import ScaleArg
-from kernel.recipe import RECIPES
-from kernel.reference import INPUT_FORMATS, quantize, round_to_input_dtype
+from kernel.recipe import RECIPES, Recipe
+from kernel.reference import E5M2, INPUT_FORMATS, encode_fp8, quantize, round_to_input_dtype
 from strategies import Case, cases
 from strategies.build import build
 
@@ -266,3 +266,96 @@ def test_per_head_scales_are_the_per_tensor_write_head_by_head(recipe):
         for h, s in enumerate(heads.tolist()):
             one = quantize(x[:, h], ScaleArg("float", s, None), RECIPES[recipe])
             assert torch.equal(ours[:, h], one), (recipe, dtype, h, s)
+
+
+# ---- e5m2 caches: the reference against torch's own e5m2 cast (CPU) --------------------------
+
+#: torch's CPU unfused write, k.div_(s).to(float8_e5m2): a true division stored in k's dtype, then a
+#: cast that never saturates (docs/facts.md, fact 5). No named recipe computes that combination on
+#: e4m3 (the CPU's e4m3 cast saturates), so it is spelled out here.
+CPU_UNFUSED_E5M2 = Recipe("cpu-unfused-e5m2", "divide", "fp32", "input", "nan", "k.div_(s).to(float8_e5m2), CPU")
+NON_SATURATING = RECIPES["unfused-nan"]  # its overflow rule; the arithmetic is not used below
+SATURATING = RECIPES["divide"]
+
+
+def _e5m2(y: torch.Tensor) -> torch.Tensor:
+    return y.to(torch.float8_e5m2).view(torch.uint8)
+
+
+def _match(y: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
+    """Bytes equal, except that torch's cast keeps a NaN's sign (both must be e5m2 NaN bytes then)."""
+    nan_byte = lambda b: ((b & 0x7F) > 0x7C)  # noqa: E731 (e5m2's NaNs: 0x7D..0x7F, either sign)
+    bad = ((ours != theirs) & ~(nan_byte(ours) & nan_byte(theirs))).nonzero().flatten()
+    first = ", ".join(f"{y[i].item()!r}: reference 0x{int(ours[i]):02X}, torch 0x{int(theirs[i]):02X}"
+                      for i in bad[:6].tolist())
+    assert bad.numel() == 0, (f"{what}: {bad.numel()} of {y.numel()} values differ from torch "
+                              f"{torch.__version__}'s e5m2 cast; first: {first}")
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_e5m2_rounding_equals_torch_cast(dtype: str, scale: float):
+    """encode_fp8 onto e5m2 == torch's .to(float8_e5m2) of fp32 values: every pattern, each divided
+    by the scale (fp32 quotients that are not bf16/fp16 values), and each pattern's midpoint with its
+    upper neighbour (ties at every e5m2 binade, 61440 among them). The non-saturating rule is
+    torch's; the saturating rule is torch's cast after a clamp to ±57344 (cvt.rn.satfinite)."""
+    x = all_patterns(DTYPES[dtype]).float()
+    values = {"x": x, f"x / {scale}": x / fp32(scale),
+              "between neighbours": ((x[:-1].double() + x[1:].double()) / 2).float()}  # exact in fp32
+    for what, y in values.items():
+        _match(y, encode_fp8(y, NON_SATURATING, E5M2), _e5m2(y), f"{dtype} {what}: non-saturating")
+        _match(y, encode_fp8(y, SATURATING, E5M2), _e5m2(y.clamp(-57344.0, 57344.0)), f"{dtype} {what}: saturating")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_unfused_e5m2_write_equals_div_cast(dtype: str):
+    """The reference with the CPU's unfused arithmetic onto e5m2 == x.div_(s).to(float8_e5m2) on the CPU."""
+    x = all_patterns(DTYPES[dtype])
+    for scale in SCALES:
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), CPU_UNFUSED_E5M2, "fp8_e5m2")
+        _match(x.float(), ours, _e5m2(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + e5m2 cast")
+
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_unfused_nan_e5m2_equals_div_float_cast(dtype: str):
+    """unfused-nan onto e5m2 == x.div_(float).to(float8_e5m2) on CUDA (a reciprocal multiply, fact 1, then
+    torch's e5m2 cast, which the spec takes to overflow to inf there as on the CPU: fact 5)."""
+    if not CUDA:
+        pytest.skip("CUDA only: models the CUDA unfused e5m2 write; no CUDA device here")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), RECIPES["unfused-nan"], "fp8_e5m2").cpu()
+        theirs = _e5m2(x.clone().div_(scale)).cpu()
+        _match(x.float().cpu(), ours, theirs, f"{dtype} CUDA div_({scale}) + e5m2 cast")
+
+
+@triton.jit
+def _e5m2_kernel(x_ptr, out_ptr, s, n, DIVIDE: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=0.0).to(tl.float32)
+    if DIVIDE:
+        y = tl.math.div_rn(x, s + tl.zeros_like(x))
+    else:
+        y = x * tl.math.div_rn(1.0, s)
+    tl.store(out_ptr + i, y.to(tl.float8e5), mask=i < n)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe", ["single", "divide"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_triton_e5m2_recipes_equal_tiny_kernels(dtype: str, recipe: str):
+    """single / divide onto e5m2 == Triton's compiled (x * (1/s)) / (x / s) .to(tl.float8e5), no clamp:
+    cvt.rn.satfinite.e5m2x2.f32 on sm_89+ saturates to ±57344 by itself (docs/e5m2.md)."""
+    if not CUDA:
+        pytest.skip("CUDA only: models Triton's compiled e5m2 cast; no CUDA device here")
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip(f"cvt.rn.satfinite.e5m2 needs sm_89+, this is sm_{torch.cuda.get_device_capability()}")
+    x = all_patterns(DTYPES[dtype], "cuda")
+    for scale in SCALES:
+        out = torch.empty(x.shape, dtype=torch.float8_e5m2, device="cuda")
+        _e5m2_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, fp32(scale), x.numel(), DIVIDE=recipe == "divide",
+                                                      BLOCK=1024)
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), RECIPES[recipe], "fp8_e5m2").cpu()
+        _match(x.float().cpu(), ours, _bytes(out), f"{dtype} Triton {recipe} e5m2 kernel at {scale}")

@@ -140,7 +140,7 @@ def test_duplicate_slots_hold_one_tokens_bytes(data, impl, device):
     built, before = _run(case, impl, device)
     plan = make_plan(**build(case, device).call())
     for which, x, scale in (("k_cache", plan.k, plan.k_scale), ("v_cache", plan.v, plan.v_scale)):
-        candidates = quantize(x, scale, plan.recipe).cpu()  # [T, H, D]: what each token would write
+        candidates = quantize(x, scale, plan.recipe, plan.cache_format).cpu()  # [T, H, D]: what each token writes
         for slot in sorted({s for s in locs if s >= 0}):
             tokens = [i for i, s in enumerate(locs) if s == slot]
             got = logical_slots(built, which, [slot])[0]

@@ -2,7 +2,7 @@
 
 Everything `make_plan` checks, and everything the launch derives (geometry, tile, grid, strides,
 constexprs), depends only on the call's layout: dtypes, shapes, strides, devices, the scale kinds,
-page_size, the recipe and the encoder. `call_key` packs those into a key; the first call of a key
+page_size, the recipe, the encoder and the cache's format. `call_key` packs those into a key; the first call of a key
 goes the slow way (make_plan, then Triton's JIT launch) and `remember`s the outcome. A later call
 of that key reads its data pointers, checks what depends on them or on values, and calls the
 compiled kernel's launcher directly:
@@ -71,14 +71,20 @@ def _scale_key(scale: object) -> object:
 
 
 def call_key(k: object, v: object, k_cache: object, v_cache: object, cache_loc: object, k_scale: object,
-             v_scale: object, page_size: object, recipe: object, encoder: object) -> tuple | None:
+             v_scale: object, page_size: object, recipe: object, encoder: object,
+             cache_dtype: object = None) -> tuple | None:
     """The call's layout as a dict key, or None when the call cannot take the fast path (arguments
-    that are not plain tensors, ints and strings: the slow path validates those)."""
+    that are not plain tensors, ints and strings: the slow path validates those).
+
+    The caches' dtypes and `cache_dtype` (as given: None, a string or a torch.dtype) are in the key, so
+    the cache's format is: an e5m2 call never launches an e4m3 entry, and an e4m3 call's key only
+    gains a trailing None."""
     t = _TENSOR
     if not (type(k) is t and type(v) is t and type(k_cache) is t and type(v_cache) is t
             and type(cache_loc) is t and type(page_size) is int
             and (type(recipe) is str or isinstance(recipe, Recipe))
-            and (encoder is None or type(encoder) is str)):
+            and (encoder is None or type(encoder) is str)
+            and (cache_dtype is None or type(cache_dtype) is str or type(cache_dtype) is torch.dtype)):
         return None
     ks, vs = _scale_key(k_scale), _scale_key(v_scale)
     if ks is None or vs is None:
@@ -87,7 +93,7 @@ def call_key(k: object, v: object, k_cache: object, v_cache: object, cache_loc: 
             k_cache.dtype, k_cache.shape, k_cache.stride(), k_cache.get_device(),
             v_cache.dtype, v_cache.shape, v_cache.stride(), v_cache.get_device(),
             cache_loc.dtype, cache_loc.shape, cache_loc.stride(), cache_loc.get_device(),
-            ks, vs, page_size, recipe, encoder, os.environ.get(ENCODER_ENV))
+            ks, vs, page_size, recipe, encoder, os.environ.get(ENCODER_ENV), cache_dtype)
 
 
 def _scale_args(kind: object, scale: object, dummy: int) -> tuple[int, float, int] | None:

@@ -15,7 +15,7 @@ import triton
 
 from kernel import dispatch
 from kernel.backend import fma_is_exact, interpreted, resolve_encoder
-from kernel.plan import Plan, ScaleArg, make_plan
+from kernel.plan import CacheDtypeArg, Plan, ScaleArg, make_plan
 from kernel.recipe import DEFAULT_RECIPE, Recipe
 from kernel.reference import naive_fp8_set_kv_buffer
 from kernel.triton_kernel import fp8_kv_write
@@ -147,6 +147,7 @@ def kernel_args(plan: Plan, software: bool,
         INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
         SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, g),
         K_PER_HEAD=plan.k_scale.kind == "per-head", V_PER_HEAD=plan.v_scale.kind == "per-head",
+        E5M2=plan.cache_format == "fp8_e5m2",
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
     )
     return grid, args, constexprs, warps
@@ -197,11 +198,15 @@ def fused_fp8_set_kv_buffer(
     recipe: Recipe | str = DEFAULT_RECIPE,
     checked: bool = False,
     encoder: str | None = None,
+    cache_dtype: CacheDtypeArg = None,
     per_token_head: bool | str = False,
     k_scale_cache: torch.Tensor | None = None,
     v_scale_cache: torch.Tensor | None = None,
 ) -> None:
-    """Quantize K and V to e4m3 and write token t to cache slot cache_loc[t], in one launch.
+    """Quantize K and V to fp8 and write token t to cache slot cache_loc[t], in one launch.
+
+    The format is e4m3, or e5m2 for float8_e5m2 caches; uint8 caches hold e4m3 unless cache_dtype says
+    otherwise (torch.float8_e5m2 or "fp8_e5m2"; it must agree with a float8 cache's dtype).
 
     A scale is None (1.0), a float, a float32 tensor of one element, or a [H] float32 tensor of one
     scale per head (head h's values divided by scale[h], as vLLM's per-head scales are).
@@ -218,18 +223,20 @@ def fused_fp8_set_kv_buffer(
         from kernel.per_token_head_kernel import fused_per_token_head
         return fused_per_token_head(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, use_triton,
                                     per_token_head=per_token_head, recipe=recipe, checked=checked, encoder=encoder,
-                                    k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+                                    k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
+                                    cache_dtype=cache_dtype)
     if not use_triton:
         naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
-                                recipe=recipe, checked=checked)
+                                recipe=recipe, checked=checked, cache_dtype=cache_dtype)
         return
     key = None
     if checked is False:
-        key = dispatch.call_key(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe, encoder)
+        key = dispatch.call_key(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe, encoder,
+                                cache_dtype)
         if key is not None and dispatch.launch_known(key, k, v, k_cache, v_cache, cache_loc, k_scale, v_scale):
             return
     plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
-                     recipe=recipe, checked=checked)
+                     recipe=recipe, checked=checked, cache_dtype=cache_dtype)
     if key is not None:
         dispatch.remember_scales(k_scale, v_scale, plan)
     launch(plan, encoder, remember=key)

@@ -47,6 +47,7 @@ import torch
 from kernel.overlap import shares_memory
 from kernel.plan import (
     LOC_DTYPES,
+    _cache_format,
     _check_cache,
     _check_tensor,
     _fail,
@@ -182,7 +183,8 @@ def _check_disjoint(written: list[tuple[str, torch.Tensor]], read: list[tuple[st
 def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_loc: object,
                   k_scale: object = None, v_scale: object = None, page_size: object = 16, *,
                   per_token_head: object = True, recipe: object = DEFAULT_RECIPE, checked: object = False,
-                  k_scale_cache: object = None, v_scale_cache: object = None) -> PTHPlan:
+                  k_scale_cache: object = None, v_scale_cache: object = None,
+                  cache_dtype: object = None) -> PTHPlan:
     """Validate a per-token-head call. Raises TypeError/ValueError naming the bad argument."""
     if per_token_head is False:
         given = "k_scale_cache" if k_scale_cache is not None else "v_scale_cache"
@@ -212,6 +214,9 @@ def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_
             raise _fail(ValueError, f"{name} must be on {device} like k, got {t.device}")
     _check_cache("k_cache", k_cache, page_size)
     _check_cache("v_cache", v_cache, page_size)
+    if _cache_format(cache_dtype, k_cache, v_cache) != "fp8_e4m3":  # vLLM's fp8_per_token_head is e4m3
+        raise _fail(ValueError, "per_token_head writes e4m3 (vLLM's fp8_per_token_head): the caches must be "
+                    f"float8_e4m3fn or uint8 and cache_dtype None or e4m3, got {k_cache.dtype}, {cache_dtype!r}")
     if k_cache.shape != v_cache.shape:
         raise _fail(ValueError, f"v_cache shape {list(v_cache.shape)} must equal k_cache shape {list(k_cache.shape)}")
     heads, width = k_cache.shape[-2], k_cache.shape[-1]
@@ -317,11 +322,12 @@ def write_per_token_head(plan: PTHPlan) -> None:
 def naive_per_token_head(k: object, v: object, k_cache: object, v_cache: object, cache_loc: object,
                          k_scale: object = None, v_scale: object = None, page_size: object = 16, *,
                          per_token_head: object = True, recipe: object = DEFAULT_RECIPE, checked: object = False,
-                         k_scale_cache: object = None, v_scale_cache: object = None) -> None:
+                         k_scale_cache: object = None, v_scale_cache: object = None,
+                         cache_dtype: object = None) -> None:
     """The reference per-token-head write (what `naive_fp8_set_kv_buffer(per_token_head=...)` runs)."""
     plan = make_pth_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                          per_token_head=per_token_head, recipe=recipe, checked=checked,
-                         k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+                         k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, cache_dtype=cache_dtype)
     if plan.num_tokens:
         write_per_token_head(plan)
 

@@ -74,9 +74,9 @@ def _write_one(x_ptr, x_row, x_sh, x_sd, c_ptr, c_row, c_sh, c_sd, s_ptr, s_row,
     else:
         y = tl.math.div_rn(x32, s[:, None] + tl.zeros_like(x32))
     if SOFTWARE:
-        byte = _e4m3_sw(y, True, False)
+        byte = _e4m3_sw(y, True, False, False)  # e4m3 only (no E5M2)
     else:
-        byte = _e4m3_hw(y, True)
+        byte = _e4m3_hw(y, True, False)
     tl.store(c_ptr + (c_row + h64 * c_sh)[:, None] + d64[None, :] * c_sd, byte, mask=inside & writes[:, None])
     if INLINE:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
         j = tl.arange(0, 4)
@@ -167,12 +167,12 @@ def fused_per_token_head(k: object, v: object, k_cache: object, v_cache: object,
                          k_scale: object = None, v_scale: object = None, page_size: object = 16,
                          use_triton: bool = True, *, per_token_head: object = True, recipe: object = DEFAULT_RECIPE,
                          checked: object = False, encoder: str | None = None, k_scale_cache: object = None,
-                         v_scale_cache: object = None) -> None:
+                         v_scale_cache: object = None, cache_dtype: object = None) -> None:
     """What `kernel.fused_fp8_set_kv_buffer(per_token_head=...)` runs: validate, then one launch
     (use_triton=False: the reference)."""
     plan = make_pth_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                          per_token_head=per_token_head, recipe=recipe, checked=checked,
-                         k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+                         k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache, cache_dtype=cache_dtype)
     if not use_triton:
         if plan.num_tokens:
             write_per_token_head(plan)

@@ -22,7 +22,12 @@ from kernel.overlap import Layout, data_address, shares_memory
 from kernel.recipe import Recipe, get_recipe
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-CACHE_DTYPES = (torch.float8_e4m3fn, torch.uint8)
+CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.uint8)
+#: The cache's number format, by vLLM's kv_cache_dtype names: what a float8 cache's dtype says, or for a
+#: uint8 cache what `cache_dtype=` says (e4m3 when it says nothing). docs/e5m2.md.
+CacheFormat = Literal["fp8_e4m3", "fp8_e5m2"]
+FP8_DTYPES: dict[torch.dtype, CacheFormat] = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
+CacheDtypeArg = torch.dtype | str | None
 LOC_DTYPES = (torch.int32, torch.int64)
 
 ScaleKind = Literal["none", "float", "tensor", "per-head"]
@@ -77,6 +82,7 @@ class Plan:
     k_scale: ScaleArg
     v_scale: ScaleArg
     recipe: Recipe
+    cache_format: CacheFormat = "fp8_e4m3"
 
     @property
     def device(self) -> torch.device:
@@ -120,7 +126,7 @@ def _normalize_input(name: str, x: torch.Tensor, heads: int, dim: int) -> torch.
 
 def _check_cache(name: str, cache: torch.Tensor, page_size: int) -> None:
     if cache.dtype not in CACHE_DTYPES:
-        raise _fail(TypeError, f"{name}.dtype must be float8_e4m3fn or uint8, got {cache.dtype}")
+        raise _fail(TypeError, f"{name}.dtype must be float8_e4m3fn, float8_e5m2 or uint8, got {cache.dtype}")
     if cache.dim() not in (3, 4):
         raise _fail(ValueError, f"{name} must be 3-D [S, H, D] or 4-D [P, page_size, H, D], "
                     f"got {cache.dim()}-D")
@@ -201,6 +207,35 @@ def _normalize_scale(name: str, scale: object, device: torch.device, heads: int)
     return ScaleArg("float", fp32, None)
 
 
+def _cache_format(cache_dtype: object, k_cache: torch.Tensor, v_cache: torch.Tensor) -> CacheFormat:
+    """The caches' number format: each float8 cache's dtype, and `cache_dtype` (a float8 dtype, or vLLM's
+    "fp8_e4m3" / "fp8_e5m2"), must agree; two uint8 caches and no cache_dtype mean e4m3, as before."""
+    said: CacheFormat | None = None
+    if cache_dtype is not None:
+        if isinstance(cache_dtype, torch.dtype):
+            if cache_dtype not in FP8_DTYPES:
+                raise _fail(ValueError, f"cache_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, "
+                            f"got {cache_dtype}")
+            said = FP8_DTYPES[cache_dtype]
+        elif isinstance(cache_dtype, str):
+            if cache_dtype not in FP8_DTYPES.values():
+                raise _fail(ValueError, f"cache_dtype must be 'fp8_e4m3' or 'fp8_e5m2', got {cache_dtype!r}")
+            said = cache_dtype  # type: ignore[assignment]
+        else:
+            raise _fail(TypeError, f"cache_dtype must be None, a float8 torch.dtype or 'fp8_e4m3'/'fp8_e5m2', "
+                        f"got {type(cache_dtype).__name__}")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        own = FP8_DTYPES.get(cache.dtype)
+        if own is None:
+            continue
+        if said is not None and own != said:
+            what = "cache_dtype" if cache_dtype is not None else "k_cache's dtype"
+            raise _fail(ValueError, f"{name}.dtype {cache.dtype} contradicts {what} "
+                        f"({cache_dtype if cache_dtype is not None else k_cache.dtype}): one format for both caches")
+        said = own
+    return said or "fp8_e4m3"
+
+
 @not_traced  # plain Python validation: nothing for a compiler to trace (and dynamo recurses on it)
 def make_plan(
     k: object,
@@ -214,6 +249,7 @@ def make_plan(
     *,
     recipe: Recipe | str,
     checked: bool = False,
+    cache_dtype: object = None,
 ) -> Plan:
     """Validate a call and describe it. Raises TypeError/ValueError naming the bad argument."""
     k, v = _check_tensor("k", k), _check_tensor("v", v)
@@ -239,6 +275,7 @@ def make_plan(
     if k_cache.shape != v_cache.shape:
         raise _fail(ValueError, f"v_cache shape {list(v_cache.shape)} must equal k_cache shape "
                     f"{list(k_cache.shape)}")
+    cache_format = _cache_format(cache_dtype, k_cache, v_cache)
     heads, dim = k_cache.shape[-2], k_cache.shape[-1]
     num_slots = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
 
@@ -276,4 +313,5 @@ def make_plan(
         k_scale=ks,
         v_scale=vs,
         recipe=recipe,
+        cache_format=cache_format,
     )

@@ -14,6 +14,20 @@ round-to-nearest-even (RNE) step onto a named number format:
     NaN in any step -> 0x7F                       every recipe (sign dropped)
 
 A scale of None means 1.0.
+
+e5m2 caches (vLLM's kv_cache_dtype="fp8_e5m2"; docs/e5m2.md): the cache's number format is part of
+the call (kernel.plan), not of the recipe. Every recipe applies unchanged up to the last step, which
+rounds onto the e5m2 grid instead (2 mantissa bits, subnormals from 2**-16, largest finite 57344):
+         |q| > 57344 -> +-57344 (0x7B/0xFB)       overflow == "saturate" (+-inf too): cvt.rn.satfinite.e5m2
+         |q| > 57344 -> +-inf (0x7C/0xFC)         overflow == "nan": the non-saturating cast's rule, which on
+                                                  e5m2 (a format with infinities) overflows to inf, as
+                                                  torch's .to(float8_e5m2) does (CPU: docs/facts.md)
+    NaN in any step -> 0x7F                       as for e4m3 (e5m2's NaN bytes are 0x7D..0x7F; 0x7F is
+                                                  the one cvt.rn.satfinite.e5m2 and torch write for +NaN)
+So `divide` on an e5m2 cache is vLLM's CUDA write (csrc/quantization/fp8/nvidia/quant_utils.cuh,
+scaled_vec_conversion: __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E5M2)), `single` is
+Triton's (x * (1/s)).to(tl.float8e5) on sm_89+, and `unfused-nan` is the unfused torch write
+`k.div_(s).to(float8_e5m2)` (torch's e5m2 cast never saturates: docs/facts.md, fact 5).
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ NAN_BYTE = 0x7F
 
 @dataclass(frozen=True)
 class Recipe:
-    """One exactly specified way to quantize an input value to an e4m3 byte."""
+    """One exactly specified way to quantize an input value to an fp8 byte (e4m3, or e5m2 for an e5m2 cache)."""
 
     name: str
     scale_op: ScaleOp

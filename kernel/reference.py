@@ -1,7 +1,7 @@
-"""The specification: quantize K and V to e4m3 bytes and scatter them to their cache slots.
+"""The specification: quantize K and V to fp8 bytes (e4m3, or e5m2 for an e5m2 cache), scatter them to slots.
 
 Everything here is plain torch, and every rounding step is written out instead of being left to
-`div_` or `.to(torch.float8_e4m3fn)`, whose results depend on the device, the scale's type and the
+`div_` or `.to(torch.float8_e4m3fn)` (or `float8_e5m2`), whose results depend on the device, the scale's type and the
 torch version (docs/facts.md). The only operations trusted are ones IEEE defines exactly and
 that torch computes the same way on every device: fp32 multiply and divide, float64 arithmetic on
 exactly representable values, `torch.round` (ties to even), `torch.frexp`, and comparisons
@@ -12,11 +12,12 @@ So the reference gives the same bytes on CPU and CUDA, under any torch version.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
-from kernel.plan import Plan, ScaleArg, make_plan
+from kernel.plan import CacheDtypeArg, Plan, ScaleArg, make_plan
 from kernel.recipe import DEFAULT_RECIPE, NAN_BYTE, Recipe
 
 
@@ -28,12 +29,19 @@ class Format:
     mantissa_bits: int
     min_normal_exp: int  # the exponent of the smallest normal number; subnormals share its quantum
     max_finite: float
+    overflow_byte: int = -1  # fp8 only: the byte past the range under overflow == "nan" (sign added)
 
 
 BF16 = Format("bfloat16", 7, -126, (2 - 2**-7) * 2.0**127)
 FP16 = Format("float16", 10, -14, 65504.0)
-E4M3 = Format("float8_e4m3fn", 3, -6, 448.0)
+# e4m3fn has no infinity: past the range the non-saturating rule writes NaN (0x7F/0xFF).
+E4M3 = Format("float8_e4m3fn", 3, -6, 448.0, NAN_BYTE)
+# e5m2 is IEEE-like: past the range (|q| >= 61440, the tie with 65536 going to the even 65536) is
+# inf, 0x7C/0xFC, which is what torch's .to(float8_e5m2) writes (docs/facts.md, fact 5).
+E5M2 = Format("float8_e5m2", 2, -14, 57344.0, 0x7C)
 INPUT_FORMATS = {torch.bfloat16: BF16, torch.float16: FP16, torch.float32: None}  # None: already fp32
+#: The cache's number format by kernel.plan's name for it.
+CACHE_FORMATS = {"fp8_e4m3": E4M3, "fp8_e5m2": E5M2}
 
 
 def _pow2(exponent: torch.Tensor) -> torch.Tensor:
@@ -68,45 +76,68 @@ def round_to_input_dtype(y: torch.Tensor, fmt: Format | None) -> torch.Tensor:
     return q.to(torch.float32)
 
 
-def e4m3_magnitude(byte: int) -> float:
-    """The value of an e4m3fn byte with its sign bit clear, 0x00..0x7E: the format's definition.
-    Normal (exponent field E > 0): 2**(E-7) * (1 + M/8). Subnormal (E = 0): M * 2**-9."""
-    exp_field, man_field = byte >> 3, byte & 7
+def fp8_magnitude(byte: int, fmt: Format) -> float:
+    """The value of an fp8 byte with its sign bit clear, below fmt's first inf/NaN byte: the format's
+    definition. Normal (exponent field E > 0): 2**(E + min_normal_exp - 1) * (1 + M / 2**m).
+    Subnormal (E = 0): M * 2**(min_normal_exp - m). (e4m3: 2**(E-7) * (1 + M/8) and M * 2**-9.)"""
+    m = fmt.mantissa_bits
+    exp_field, man_field = byte >> m, byte & ((1 << m) - 1)
     if exp_field == 0:
-        return man_field * 2.0**-9
-    return 2.0 ** (exp_field - 7) * (1 + man_field / 8)
+        return man_field * 2.0 ** (fmt.min_normal_exp - m)
+    return 2.0 ** (exp_field + fmt.min_normal_exp - 1) * (1 + man_field / 2**m)
 
 
-_MAGNITUDES: dict[torch.device, torch.Tensor] = {}
+def e4m3_magnitude(byte: int) -> float:
+    """The value of an e4m3fn byte with its sign bit clear, 0x00..0x7E."""
+    return fp8_magnitude(byte, E4M3)
 
 
-def _magnitudes(device: torch.device) -> torch.Tensor:
-    """e4m3's 127 finite magnitudes by byte, ascending (float64, exact), made once per device."""
-    table = _MAGNITUDES.get(device)
-    if table is None:
-        values = [e4m3_magnitude(b) for b in range(NAN_BYTE)]
-        table = _MAGNITUDES[device] = torch.tensor(values, dtype=torch.float64).to(device)
-    return table
+@functools.cache  # an int on the host: nothing a kernel can reach
+def _finite_bytes(fmt: Format) -> int:
+    """How many bytes, from 0x00 up, hold fmt's finite magnitudes: 127 for e4m3 (0x00..0x7E), 124 for e5m2."""
+    count = 1
+    while fp8_magnitude(count - 1, fmt) < fmt.max_finite:
+        count += 1
+    return count
+
+
+def _magnitudes(device: torch.device, fmt: Format = E4M3) -> torch.Tensor:
+    """fmt's finite magnitudes by byte, ascending up to max_finite (float64, exact), as fp8_magnitude defines
+    them, built on the device for each call from the bytes themselves. Not cached: a kernel under test that
+    writes past its buffers can land on any live device memory, and a corrupted table would turn every
+    later expected byte of the process wrong (seen on the H200: a write past V's cache, then "expected
+    0x08" for an input of 0.0). (conformance/diagnosis reads e4m3's.)"""
+    m = fmt.mantissa_bits
+    byte = torch.arange(_finite_bytes(fmt), device=device, dtype=torch.int64)
+    exp_field, man_field = byte >> m, (byte & ((1 << m) - 1)).to(torch.float64)
+    normal = _pow2(exp_field + (fmt.min_normal_exp - 1)) * (1 + man_field / 2**m)  # exact in float64
+    subnormal = man_field * 2.0 ** (fmt.min_normal_exp - m)
+    return torch.where(exp_field == 0, subnormal, normal)
+
+
+def encode_fp8(y: torch.Tensor, recipe: Recipe, fmt: Format = E4M3) -> torch.Tensor:
+    """fp32 values -> fp8 bytes of fmt (E4M3 or E5M2): RNE onto fmt's grid, then the recipe's overflow rule.
+
+    The byte of a magnitude on the grid is the one that decodes to it: its position in the table of
+    fmt's magnitudes, which are ascending in their bytes.
+    """
+    q = round_to_grid(y, fmt)
+    nan, mag = torch.isnan(q), q.abs()
+    overflow = mag > fmt.max_finite  # includes ±inf
+    # Saturate (cvt.rn.satfinite, torch >= 2.12's e4m3 cast): past the range is ±max_finite. The "nan"
+    # rule replaces these bytes below; NaN gets a placeholder magnitude so that the lookup stays defined.
+    mag = mag.clamp(max=fmt.max_finite).masked_fill(nan, 0.0)
+    byte = torch.searchsorted(_magnitudes(q.device, fmt), mag)  # mag is exactly a table entry
+    if recipe.overflow == "nan":  # the non-saturating cast: e4m3 NaN (c10's fp8e4m3fn_from_fp32_value), e5m2 inf
+        byte = byte.masked_fill(overflow, fmt.overflow_byte)
+    byte = byte | torch.signbit(q) * 0x80  # the sign bit
+    byte = byte.masked_fill(nan, NAN_BYTE)  # every recipe drops a NaN's sign, in both formats
+    return byte.to(torch.uint8)
 
 
 def encode_e4m3(y: torch.Tensor, recipe: Recipe) -> torch.Tensor:
-    """fp32 values -> e4m3fn bytes: RNE onto the e4m3 grid, then the recipe's overflow rule.
-
-    The byte of a magnitude on the grid is the one that decodes to it: its position in the table of
-    e4m3's magnitudes, which are ascending in their bytes.
-    """
-    q = round_to_grid(y, E4M3)
-    nan, mag = torch.isnan(q), q.abs()
-    overflow = mag > E4M3.max_finite  # includes ±inf
-    # Saturate (cvt.rn.satfinite, torch >= 2.12's cast): past ±448 is ±448. The "nan" rule
-    # replaces these bytes below; NaN gets a placeholder magnitude so that the lookup stays defined.
-    mag = mag.clamp(max=E4M3.max_finite).masked_fill(nan, 0.0)
-    byte = torch.searchsorted(_magnitudes(q.device), mag)  # mag is exactly a table entry
-    if recipe.overflow == "nan":  # c10's fp8e4m3fn_from_fp32_value: past the range is NaN, signed
-        byte = byte.masked_fill(overflow, NAN_BYTE)
-    byte = byte | torch.signbit(q) * 0x80  # the sign bit
-    byte = byte.masked_fill(nan, NAN_BYTE)  # every recipe drops a NaN's sign
-    return byte.to(torch.uint8)
+    """fp32 values -> e4m3fn bytes: encode_fp8 onto e4m3."""
+    return encode_fp8(y, recipe, E4M3)
 
 
 def scale_to_fp32(scale: ScaleArg, device: torch.device) -> torch.Tensor:
@@ -145,9 +176,10 @@ def scaled(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe) -> t
     return y
 
 
-def quantize(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe) -> torch.Tensor:
-    """The definition: input values -> e4m3 bytes under `recipe`, step by step."""
-    return encode_e4m3(scaled(x, scale, recipe), recipe)
+def quantize(x: torch.Tensor, scale: ScaleArg | torch.Tensor, recipe: Recipe,
+             cache_format: str = "fp8_e4m3") -> torch.Tensor:
+    """The definition: input values -> fp8 bytes (the cache's format) under `recipe`, step by step."""
+    return encode_fp8(scaled(x, scale, recipe), recipe, CACHE_FORMATS[cache_format])
 
 
 def write_slots(plan: Plan) -> None:
@@ -162,7 +194,8 @@ def write_slots(plan: Plan) -> None:
     slots = loc[tokens]
     index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
     scales = torch.stack([head_scales(s, plan.num_heads, plan.k.device) for s in (plan.k_scale, plan.v_scale)])
-    data = quantize(torch.stack((plan.k, plan.v))[:, tokens], scales.reshape(2, 1, plan.num_heads, 1), plan.recipe)
+    data = quantize(torch.stack((plan.k, plan.v))[:, tokens], scales.reshape(2, 1, plan.num_heads, 1), plan.recipe,
+                    plan.cache_format)
     for cache, bytes_ in ((plan.k_cache, data[0]), (plan.v_cache, data[1])):
         # A view (none needed for uint8): writes land in the caller's storage.
         cache_bytes = cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
@@ -182,6 +215,7 @@ def naive_fp8_set_kv_buffer(
     *,
     recipe: Recipe | str = DEFAULT_RECIPE,
     checked: bool = False,
+    cache_dtype: CacheDtypeArg = None,
     per_token_head: bool | str = False,
     k_scale_cache: torch.Tensor | None = None,
     v_scale_cache: torch.Tensor | None = None,
@@ -191,9 +225,10 @@ def naive_fp8_set_kv_buffer(
         from kernel.per_token_head import naive_per_token_head  # imports this module: imported late
         return naive_per_token_head(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
                                     per_token_head=per_token_head, recipe=recipe, checked=checked,
-                                    k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache)
+                                    k_scale_cache=k_scale_cache, v_scale_cache=v_scale_cache,
+                                    cache_dtype=cache_dtype)
     plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
-                     recipe=recipe, checked=checked)
+                     recipe=recipe, checked=checked, cache_dtype=cache_dtype)
     if plan.num_tokens == 0:
         return
     write_slots(plan)

@@ -1,4 +1,4 @@
-"""The fused Triton kernel: load K/V, scale, round, encode to e4m3, store to the cache slot.
+"""The fused Triton kernel: load K/V, scale, round, encode to fp8, store to the cache slot.
 
 One program handles a [BLOCK_T tokens, BLOCK_H heads, BLOCK_D dims] tile of K and the same tile of
 V, so cache_loc is read once for both. Sizes and strides are runtime arguments (the wrapper may fold
@@ -11,7 +11,8 @@ the wrapper has checked, that every row starts 16-byte aligned, which 16-byte lo
 A scale is a float argument, one tensor element, or (K_PER_HEAD / V_PER_HEAD) one element per head:
 the wrapper then keeps H and D apart, so that the tile's head index is the head.
 
-Two interchangeable e4m3 encoders, chosen by the SOFTWARE constexpr:
+The E5M2 constexpr picks the cache's format (e4m3 otherwise; kernel.plan, docs/e5m2.md): the same
+encoders with e5m2's constants. Two interchangeable encoders, chosen by the SOFTWARE constexpr:
 - hardware: Triton's cast, `cvt.rn.satfinite.e4m3` on sm_89+ (RNE, ±448 saturation, NaN -> 0x7F),
   with an explicit fix-up for the recipes whose overflow is NaN;
 - software: exact integer bit operations and fp32 adds. Triton's interpreter rounds float
@@ -61,8 +62,8 @@ def _round_input(y, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
-    """fp32 -> e4m3fn byte with integer operations and one fp32 add, which does the rounding.
+def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.constexpr):
+    """fp32 -> e4m3fn byte (E5M2: e5m2 byte) with integer operations and one fp32 add, which does the rounding.
 
     Adding c = 2**(E+20) to |y| (E: |y|'s binade, at least e4m3's -6) leaves |y| rounded to
     nearest-even at c's ulp, 2**(E-3), which is e4m3's quantum in that binade, subnormals included.
@@ -71,6 +72,8 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
     ROUND_BF16 first rounds |y| to bf16 (the unfused recipes' intermediate step) the same way.
     The work is kept on the FMA pipe where it can be: this encoder is ALU-bound on Hopper, where
     integer operations issue at half the rate of fp32 adds (docs/results/kernel-design-2026-12-02.md).
+    E5M2: the same with e5m2's 2 mantissa bits and binades from -14: c = 2**(E+21), the quantum
+    2**(E-2), |y| / quantum 4..8 for normals, and the byte (E + 14) * 4 plus that.
     """
     b = y.to(tl.uint32, bitcast=True)
     a = b & 0x7FFFFFFF
@@ -78,7 +81,12 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
     # Overflow: clamp the magnitude to 448 (saturate) or to 480, whose encoding is 0x7F (NaN);
     # (464, 480) round up to 480 and 464 itself is a tie that goes to the even 448. Both limits are
     # bf16 values, so clamping before the bf16 rounding gives what clamping after it would.
-    a = tl.minimum(a, 0x43E00000 if SATURATE else 0x43F00000)
+    if E5M2:
+        # 57344 (saturate), or 61440, the tie between 57344 and 65536, which goes to the even 65536:
+        # the carry lands on 0x7C, e5m2's inf. Both are bf16 (and fp16) values too.
+        a = tl.minimum(a, 0x47600000 if SATURATE else 0x47700000)
+    else:
+        a = tl.minimum(a, 0x43E00000 if SATURATE else 0x43F00000)
     exponent = a & 0x7F800000  # 2**E as bits
     mag_f = a.to(tl.float32, bitcast=True)
     if ROUND_BF16:
@@ -89,20 +97,40 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr):
         # falls out of its integer arithmetic as it does there.
         c16 = (exponent + (16 << 23)).to(tl.float32, bitcast=True)
         mag_f = (mag_f + c16) - c16
-    binade = tl.maximum(exponent, 0x3C800000)  # 2**E as bits, E >= -6
-    c = binade + (20 << 23)
+    if E5M2:
+        binade = tl.maximum(exponent, 0x38800000)  # 2**E as bits, E >= -14
+        c = binade + (21 << 23)
+    else:
+        binade = tl.maximum(exponent, 0x3C800000)  # 2**E as bits, E >= -6
+        c = binade + (20 << 23)
     total = (mag_f + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
-    mag = total - c + (binade >> 20) - 968  # (E + 127) * 8 - 968 = (E + 6) * 8
+    if E5M2:
+        mag = total - c + (binade >> 21) - 452  # (E + 127) * 4 - 452 = (E + 14) * 4
+    else:
+        mag = total - c + (binade >> 20) - 968  # (E + 127) * 8 - 968 = (E + 6) * 8
     return tl.where(is_nan, 0x7F, mag | ((b >> 24) & 0x80)).to(tl.uint8)
 
 
 @triton.jit
-def _e4m3_hw(y, SATURATE: tl.constexpr):
-    """fp32 -> e4m3fn byte through the hardware cast, plus the NaN-overflow fix-up."""
-    byte = y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # RNE, ±448 saturation, NaN -> 0x7F
-    if not SATURATE:
-        # Past 464 the cast gave ±448 (0x7E/0xFE); the NaN of that sign is one more (0x7F/0xFF).
-        byte = byte | (tl.abs(y) > 464.0).to(tl.uint8)
+def _e4m3_hw(y, SATURATE: tl.constexpr, E5M2: tl.constexpr):
+    """fp32 -> e4m3fn byte (E5M2: e5m2 byte) through the hardware cast, plus the overflow fix-up."""
+    if E5M2:
+        # Triton lowers fp32 -> fp8e5 (rtne) to cvt.rn.satfinite.e5m2x2.f32 on sm_89+, but below that
+        # to other sequences: clamping first makes ±57344 the answer on every target, not the
+        # conversion's choice. NaN likewise: cvt's canonical NaN is 0x7F, but the interpreter's cast
+        # gives 0x7E/0xFE (measured), so the byte is set here rather than left to the conversion.
+        big = tl.abs(y) > 57344.0
+        byte = tl.where(big, tl.where(y > 0, 57344.0, -57344.0), y).to(tl.float8e5).to(tl.uint8, bitcast=True)
+        byte = tl.where(y != y, 0x7F, byte).to(tl.uint8)
+        if not SATURATE:
+            # From 61440 (the tie that rounds to 65536) the non-saturating rule gives inf: ±57344's
+            # byte (0x7B/0xFB) plus one (0x7C/0xFC).
+            byte = byte + (tl.abs(y) >= 61440.0).to(tl.uint8)
+    else:
+        byte = y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)  # RNE, ±448 saturation, NaN -> 0x7F
+        if not SATURATE:
+            # Past 464 the cast gave ±448 (0x7E/0xFE); the NaN of that sign is one more (0x7F/0xFF).
+            byte = byte | (tl.abs(y) > 464.0).to(tl.uint8)
     return byte
 
 
@@ -184,8 +212,9 @@ def _divide(x32, s, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr):
 
 @triton.jit
 def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SATURATE: tl.constexpr,
-              IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr):
-    """Input values -> e4m3 bytes under the recipe's switches (see kernel/recipe.py)."""
+              IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr,
+              E5M2: tl.constexpr):
+    """Input values -> fp8 bytes (e4m3, or e5m2) under the recipe's switches (see kernel/recipe.py)."""
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
         # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (0x8001 -> -0).
         x32 = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
@@ -196,14 +225,14 @@ def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SA
     else:
         y = _divide(x32, s, EXACT_FMA, PER_HEAD)
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
-        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE)  # the encoder rounds to bf16 itself, with fp32 adds
+        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE, E5M2)  # the encoder rounds to bf16 itself, with fp32 adds
     else:
         if INTERMEDIATE:
             y = _round_input(y, IN_DTYPE, SOFTWARE)
         if SOFTWARE:
-            byte = _e4m3_sw(y, SATURATE, False)
+            byte = _e4m3_sw(y, SATURATE, False, E5M2)
         else:
-            byte = _e4m3_hw(y, SATURATE)
+            byte = _e4m3_hw(y, SATURATE, E5M2)
     return byte
 
 
@@ -231,7 +260,7 @@ def fp8_kv_write(
     kc_sp, kc_so, kc_sh, kc_sd, vc_sp, vc_so, vc_sh, vc_sd,
     MUL_RECIPROCAL: tl.constexpr, SCALE_IN_INPUT: tl.constexpr, INTERMEDIATE: tl.constexpr,
     SATURATE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, VEC: tl.constexpr,
-    K_PER_HEAD: tl.constexpr, V_PER_HEAD: tl.constexpr,
+    K_PER_HEAD: tl.constexpr, V_PER_HEAD: tl.constexpr, E5M2: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -265,9 +294,9 @@ def fp8_kv_write(
     xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
     xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
     bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
-                   K_PER_HEAD)
+                   K_PER_HEAD, E5M2)
     tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
     bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
-                   V_PER_HEAD)
+                   V_PER_HEAD, E5M2)
     tl.store(_pointers(vc_ptr, v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
 

@@ -104,6 +104,26 @@ def test_fast_path_declines_what_it_cannot_vouch_for(simulated) -> None:
     assert rec.calls == []  # a declined call launches nothing: the slow path does it
 
 
+def test_the_key_holds_the_cache_format(simulated) -> None:
+    """An e5m2 call never takes an e4m3 entry (docs/e5m2.md): the caches' dtypes and cache_dtype are keyed,
+    and the remembered launch of an e5m2 layout carries E5M2=True."""
+    c = _tensors()
+    u8 = dict(c, k_cache=c["k_cache"].view(torch.uint8), v_cache=c["v_cache"].view(torch.uint8))
+    e5 = dict(c, k_cache=c["k_cache"].view(torch.float8_e5m2), v_cache=c["v_cache"].view(torch.float8_e5m2))
+    key = lambda d, cache_dtype=None: dispatch.call_key(  # noqa: E731
+        d["k"], d["v"], d["k_cache"], d["v_cache"], d["cache_loc"], d["k_scale"], d["v_scale"], 16,
+        kernel.DEFAULT_RECIPE, None, cache_dtype)
+    keys = [key(c), key(e5), key(u8), key(u8, "fp8_e5m2"), key(u8, torch.float8_e5m2), key(u8, "fp8_e4m3")]
+    assert len(set(keys)) == len(keys), keys
+    assert key(u8, 3) is None  # not a dtype or a string: the slow path raises
+    plan = make_plan(*e5.values(), 16, recipe=kernel.DEFAULT_RECIPE)
+    assert fused.kernel_args(plan, software=True)[2]["E5M2"] is True
+    plan = make_plan(*u8.values(), 16, recipe=kernel.DEFAULT_RECIPE, cache_dtype="fp8_e5m2")
+    assert fused.kernel_args(plan, software=True)[2]["E5M2"] is True
+    plan = make_plan(*u8.values(), 16, recipe=kernel.DEFAULT_RECIPE)
+    assert fused.kernel_args(plan, software=True)[2]["E5M2"] is False
+
+
 def test_interleaved_pool_takes_the_fast_path(simulated) -> None:
     pool = torch.zeros(4, 2, 16, 3, 32, dtype=torch.float8_e4m3fn)
     c = dict(_tensors(), k_cache=pool[:, 0], v_cache=pool[:, 1])

@@ -62,3 +62,12 @@ def test_triton_rows(capsys):
         want = facts.rne_e4m3(torch.tensor([v], dtype=torch.float32)).item()
         assert f"RNE gives 0x{want:02X}" in rows[f"triton/e4m3/{v!r}"], rows
     assert {"triton/e4m3/count", "triton/bf16/count", "triton/fp16/count", "triton/fma"} <= set(rows), rows
+
+
+def test_e5m2_rows_match_torch_here(capsys):
+    rows = run(capsys, "--only", "e5m2", "--device", "cpu")
+    assert [k for k in rows if "/all" not in k] == [f"e5m2/{v}" for v in facts.E5M2_CAST_VALUES]
+    for v in facts.E5M2_CAST_VALUES:
+        byte = facts.bits(facts.fp32_value(v).to(torch.float8_e5m2))[0]
+        assert f"1-D x1024: 0x{byte:02X}" in rows[f"e5m2/{v}"], (v, rows[f"e5m2/{v}"])
+    assert {f"e5m2/{d}/all" for d in facts.DTYPES} <= set(rows), rows

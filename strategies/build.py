@@ -27,7 +27,7 @@ PATTERN_LEN = 4093  # prime, so the pattern never lines up with a power-of-two s
 
 DTYPES = {
     "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
-    "float8_e4m3fn": torch.float8_e4m3fn, "uint8": torch.uint8,
+    "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "uint8": torch.uint8,
     "int32": torch.int32, "int64": torch.int64,
 }
 BITS_DTYPES = {"bfloat16": torch.int16, "float16": torch.int16, "float32": torch.int32}
@@ -51,10 +51,15 @@ class Built:
 
     def call(self) -> dict[str, object]:
         """The call's arguments by this project's names (the reference takes them as keywords;
-        conformance.conventions spells them for other implementations)."""
-        return {"k": self.k, "v": self.v, "k_cache": self.k_cache, "v_cache": self.v_cache,
+        conformance.conventions spells them for other implementations). An e5m2 Case adds
+        `cache_dtype`, which the reference reads; conventions pass no keyword they do not spell, so a
+        property that holds an implementation to it passes it as a fixed keyword (conformance/test_e5m2.py)."""
+        call = {"k": self.k, "v": self.v, "k_cache": self.k_cache, "v_cache": self.v_cache,
                 "cache_loc": self.cache_loc, "k_scale": self.k_scale, "v_scale": self.v_scale,
                 "page_size": self.case.page_size, "recipe": self.case.recipe, "checked": self.case.checked}
+        if self.case.cache_format != "fp8_e4m3":
+            call["cache_dtype"] = self.case.cache_format
+        return call
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of every buffer, to compare against after a call."""
@@ -145,8 +150,10 @@ def _logical_values(case: Case, h: torch.Tensor) -> torch.Tensor:
     width = 32 if case.input_dtype == "float32" else 16
     fraction = h & ((1 << man_bits) - 1)
     # E = uniform-ish - 12, plus floor(log2(scale)) and the bias: one Python constant per row
-    k_offset, v_offset = (-12 + (math.frexp(s.value)[1] - 1) + bias for s in (case.k_scale, case.v_scale))
-    biased = ((h >> 24) & 0x7F) % 22 + k_offset
+    # e5m2's range is wider: E in [-20, 17] spans its subnormals (from 2**-16) through overflow past 61440.
+    low, span = (-20, 38) if case.cache_format == "fp8_e5m2" else (-12, 22)
+    k_offset, v_offset = (low + (math.frexp(s.value)[1] - 1) + bias for s in (case.k_scale, case.v_scale))
+    biased = ((h >> 24) & 0x7F) % span + k_offset
     if v_offset != k_offset:  # V's row, in place: a [2, 1] tensor of offsets would be an upload
         biased[1] += v_offset - k_offset
     normal = (biased << man_bits) | fraction

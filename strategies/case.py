@@ -14,6 +14,10 @@ from typing import Any, Literal
 
 INPUT_DTYPES = ("bfloat16", "float16", "float32")
 CACHE_DTYPES = ("float8_e4m3fn", "uint8")
+#: The cache's number format (vLLM's kv_cache_dtype names) and its float8 dtype; a uint8 cache holds
+#: either (kernel.plan). Drawn only where a property asks (strategies.cases(cache_formats=...)).
+CACHE_FORMATS = ("fp8_e4m3", "fp8_e5m2")
+FP8_CACHE_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 LOC_DTYPES = ("int32", "int64")
 SCALE_KINDS = ("none", "float", "tensor0d", "tensor1")
 
@@ -101,8 +105,13 @@ class Case:
     overrides: tuple[Override, ...] = ()
     recipe: str = "unfused"
     checked: bool = False
+    cache_format: str = "fp8_e4m3"  # the bytes' format: a float8 cache's own, or cache_dtype= for uint8
 
     def __post_init__(self) -> None:
+        if self.cache_format not in CACHE_FORMATS:
+            raise ValueError(f"Case.cache_format must be one of {CACHE_FORMATS}, got {self.cache_format!r}")
+        if self.cache_dtype != "uint8" and self.cache_dtype != FP8_CACHE_DTYPES[self.cache_format]:
+            raise ValueError(f"Case.cache_dtype {self.cache_dtype} contradicts cache_format {self.cache_format}")
         if len(self.cache_loc) != self.num_tokens:
             raise ValueError(f"Case.cache_loc has {len(self.cache_loc)} entries for {self.num_tokens} tokens")
         bits = 32 if self.loc_dtype == "int32" else 64

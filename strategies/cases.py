@@ -43,6 +43,7 @@ def cases(
     max_overrides: int = 6,
     checked: bool | None = None,
     min_heads: int = 1,
+    cache_formats: Sequence[str] = ("fp8_e4m3",),
 ) -> st.SearchStrategy[Case]:
     """A valid Case: any implementation must match the reference on it byte for byte.
 
@@ -56,6 +57,8 @@ def cases(
     max_overrides: at most this many special values (0: seeded contents only).
     checked: fix Case.checked (default: drawn, True about one time in four when allowed).
     min_heads: at least this many heads (per-head scales need two); H shrinks toward it.
+    cache_formats: the caches' formats to draw ("fp8_e4m3", "fp8_e5m2"; default e4m3 alone, which draws
+    exactly what was drawn before e5m2 existed). An e5m2 Case's special values aim at e5m2's edges.
     """
     from kernel import RECIPES  # imported here so that importing the strategies stays light
 
@@ -68,7 +71,7 @@ def cases(
     return _cases(max_tokens, max_heads, max_dim, tuple(recipes) if recipes else tuple(RECIPES),
                   allow_out_of_range, size, contiguous, tup(input_dtypes), tup(cache_dtypes), tup(loc_dtypes),
                   tup(input_ranks), tup(cache_ranks), tup(scale_kinds), padding, max_overrides, checked,
-                  min_heads)
+                  min_heads, tuple(cache_formats))
 
 
 def _check_arguments(recipes: Sequence[str] | None, known: object, allow_out_of_range: bool, checked: bool | None,
@@ -105,11 +108,12 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
            input_dtypes: tuple[str, ...] | None, cache_dtypes: tuple[str, ...] | None,
            loc_dtypes: tuple[str, ...] | None, input_ranks: tuple[int, ...] | None,
            cache_ranks: tuple[int, ...] | None, scale_kinds: tuple[str, ...] | None, padding: bool,
-           max_overrides: int, checked: bool | None, min_heads: int = 1) -> Case:
+           max_overrides: int, checked: bool | None, min_heads: int = 1,
+           cache_formats: tuple[str, ...] = ("fp8_e4m3",)) -> Case:
     n = draw(dims(size=size, max_tokens=max_tokens, max_heads=max_heads, max_dim=max_dim, min_heads=min_heads),
              label="dims")
     dt = draw(dtypes(input_dtypes_=input_dtypes, cache_dtypes=cache_dtypes, loc_dtypes=loc_dtypes,
-                     input_ranks=input_ranks, cache_ranks=cache_ranks), label="dtypes")
+                     input_ranks=input_ranks, cache_ranks=cache_ranks, cache_formats=cache_formats), label="dtypes")
     in_shape = (n.num_tokens, n.num_heads, n.head_dim)
     cache_shape = (n.num_pages, n.page_size, n.num_heads, n.head_dim)
     k_layout = draw(input_layouts(in_shape, dt.input_rank, "k", contiguous), label="k_layout")
@@ -132,7 +136,7 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
         checked = not out_of_range and draw(ints(0, 3), label="checked") == 3
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
     extra = draw(override_lists(n.num_tokens, n.num_heads, n.head_dim, dt.input_dtype, k_scale, v_scale,
-                                recipe, max_overrides), label="overrides")
+                                recipe, max_overrides, dt.cache_format), label="overrides")
     event(f"case: recipe {recipe}")
     layouts = (k_layout, v_layout, kc_layout, vc_layout)
     event("case: " + ("all contiguous" if all(lay.is_contiguous() for lay in layouts) and loc_step == 1
@@ -143,7 +147,7 @@ def _cases(draw: st.DrawFn, max_tokens: int | None, max_heads: int | None, max_d
         loc_dtype=dt.loc_dtype, input_rank=dt.input_rank, cache_rank=dt.cache_rank,
         k_layout=k_layout, v_layout=v_layout, k_cache_layout=kc_layout, v_cache_layout=vc_layout,
         loc_step=loc_step, k_scale=k_scale, v_scale=v_scale, seed=seed, overrides=extra, recipe=recipe,
-        checked=checked,
+        checked=checked, cache_format=dt.cache_format,
     )
 
 

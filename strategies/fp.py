@@ -74,6 +74,17 @@ def ieee_div(a: float, b: float) -> float:
     return a / b
 
 
+def e5m2_value(byte: int) -> float:
+    """The value of an e5m2 byte (0x7C/0xFC are ±inf, 0x7D..0x7F and 0xFD..0xFF NaN)."""
+    sign = -1.0 if byte & 0x80 else 1.0
+    exp, man = (byte >> 2) & 0x1F, byte & 3
+    if exp == 0x1F:
+        return math.nan if man else sign * math.inf
+    if exp == 0:
+        return sign * man * 2.0**-16
+    return sign * (1 + man / 4) * 2.0 ** (exp - 15)
+
+
 def e4m3_value(byte: int) -> float:
     """The value of an e4m3fn byte (0x7F/0xFF are NaN)."""
     sign = -1.0 if byte & 0x80 else 1.0

@@ -8,6 +8,9 @@ on an e4m3 grid point, exactly between two e4m3 neighbours (a tie), around 448 /
 the e4m3 subnormal range. The input bits are computed at draw time in pure Python (strategies.fp),
 with the recipe's own fp32 arithmetic; a target that no input value reaches exactly is labelled
 with a trailing "~" (the nearest input is used).
+For an e5m2 cache the targets are e5m2's: its grid, its ties, around 57344 (its largest finite value)
+and 61440 (the tie with 65536, where the non-saturating rule reaches inf), and its subnormals down to
+2**-16 and the tie below it (E5M2_LABELS); the bit labels are the same.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from hypothesis import strategies as st
 from kernel.recipe import Recipe, get_recipe
 from strategies._cache import ints, sampled
 from strategies.case import Override, Scale
-from strategies.fp import FORMATS, e4m3_value, f32, from_bits, ieee_div, round_to, to_bits
+from strategies.fp import FORMATS, e4m3_value, e5m2_value, f32, from_bits, ieee_div, round_to, to_bits
 
 #: Every label an Override can carry (a target that was not hit exactly adds "~").
 BIT_LABELS = ("+0", "-0", "+inf", "-inf", "+nan", "-nan", "subnormal", "max-finite")
 TARGET_LABELS = ("e4m3-grid", "e4m3-tie", "around-448", "around-464", "around-480", "e4m3-subnormal")
 LABELS = BIT_LABELS + TARGET_LABELS
+E5M2_TARGET_LABELS = ("e5m2-grid", "e5m2-tie", "around-57344", "around-61440", "e5m2-subnormal")
+E5M2_LABELS = BIT_LABELS + E5M2_TARGET_LABELS
 
 _SIGN = {"float32": 1 << 31, "float16": 1 << 15, "bfloat16": 1 << 15}
 _INF = {"float32": 0x7F800000, "float16": 0x7C00, "bfloat16": 0x7F80}
@@ -74,15 +79,23 @@ def _targets(label: str) -> st.SearchStrategy[float]:
         return ints(0x00, 0x7D).map(lambda b: (e4m3_value(b) + e4m3_value(b + 1)) / 2)
     if label == "e4m3-subnormal":  # grid points, ties and anything in between, below 2**-6
         return st.one_of(ints(1, 15).map(lambda m: m * 2.0**-10), st.floats(2.0**-12, 2.0**-6))
+    if label == "e5m2-grid":
+        return ints(0x01, 0x7B).map(e5m2_value)
+    if label == "e5m2-tie":  # halfway between byte b and b + 1; 0x7B's neighbour 61440 is "around"
+        return ints(0x00, 0x7A).map(lambda b: (e5m2_value(b) + e5m2_value(b + 1)) / 2)
+    if label == "e5m2-subnormal":  # grid points (m * 2**-16), ties (2**-17 among them) and between
+        return st.one_of(ints(1, 7).map(lambda m: m * 2.0**-17), st.floats(2.0**-19, 2.0**-14))
     return st.just(float(label.split("-")[1]))
 
 
 @lru_cache(maxsize=4096)
 @st.composite
-def special_values(draw: st.DrawFn, dtype: str, scale: Scale, recipe: Recipe | str) -> tuple[int, str]:
-    """(bits, label) of one special input value of dtype, for data quantized with scale and recipe."""
+def special_values(draw: st.DrawFn, dtype: str, scale: Scale, recipe: Recipe | str,
+                   cache_format: str = "fp8_e4m3") -> tuple[int, str]:
+    """(bits, label) of one special input value of dtype, for data quantized with scale and recipe
+    into a cache of cache_format."""
     recipe = get_recipe(recipe)
-    label = draw(sampled(LABELS), label="value_kind")
+    label = draw(sampled(E5M2_LABELS if cache_format == "fp8_e5m2" else LABELS), label="value_kind")
     sign = _SIGN[dtype]
     if label in ("+0", "-0"):
         return (sign if label == "-0" else 0), label
@@ -115,7 +128,7 @@ def _positions(n: int, max_size: int) -> st.SearchStrategy[list[tuple[str, int]]
 @st.composite
 def overrides(draw: st.DrawFn, num_tokens: int, num_heads: int, head_dim: int, dtype: str,
               k_scale: Scale, v_scale: Scale, recipe: Recipe | str,
-              max_overrides: int = 6) -> tuple[Override, ...]:
+              max_overrides: int = 6, cache_format: str = "fp8_e4m3") -> tuple[Override, ...]:
     """Up to max_overrides special values of K and V at distinct drawn [T, H, D] flat positions."""
     n = num_tokens * num_heads * head_dim
     if n == 0 or max_overrides <= 0:
@@ -123,7 +136,7 @@ def overrides(draw: st.DrawFn, num_tokens: int, num_heads: int, head_dim: int, d
     positions = draw(_positions(n, min(max_overrides, 2 * n)), label="override_positions")
     out = []
     for tensor, index in positions:
-        bits, label = draw(special_values(dtype, k_scale if tensor == "k" else v_scale, recipe),
+        bits, label = draw(special_values(dtype, k_scale if tensor == "k" else v_scale, recipe, cache_format),
                            label=f"{tensor}[{index}]")
         event(f"override: {label}")
         out.append(Override(tensor, index, bits, label))

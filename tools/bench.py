@@ -159,6 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default="float", help="the scales' kind (per-head: a [H] tensor, one scale a head; per-token-head: "
                    "per_token_head=True, caches widened to D + 4 for the inline fp32 scales, default recipe only)")
     p.add_argument("--scale", type=float, default=0.7)
+    p.add_argument("--cache-dtype", choices=("fp8_e4m3", "fp8_e5m2"), default="fp8_e4m3",
+                   help="the caches' format: float8_e4m3fn or float8_e5m2 caches (docs/e5m2.md)")
     p.add_argument("--locs", choices=("random", "contiguous"), default="random",
                    help="cache_loc: a random permutation of the cache's slots, or 0..T-1")
     p.add_argument("--no-reference", action="store_true", help="skip the reference and the compiled reference")
@@ -212,14 +214,15 @@ def graph_replay_us(fn: Callable[[int], None], sets: int, rep_ms: float) -> floa
     return ms * 1e3 / CALLS_PER_GRAPH
 
 
-def zeros_fp8(shape: tuple[int, ...]):
-    """A zeroed float8_e4m3fn CUDA tensor."""
+def zeros_fp8(shape: tuple[int, ...], cache_dtype: str = "fp8_e4m3"):
+    """A zeroed float8_e4m3fn CUDA tensor (float8_e5m2 for cache_dtype "fp8_e5m2": docs/e5m2.md)."""
     import torch
-    return torch.zeros(shape, device="cuda", dtype=torch.uint8).view(torch.float8_e4m3fn)
+    dtype = torch.float8_e5m2 if cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    return torch.zeros(shape, device="cuda", dtype=torch.uint8).view(dtype)
 
 
 def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float", scale: float = 0.7,
-                locs: str = "random") -> list[dict]:
+                locs: str = "random", cache_dtype: str = "fp8_e4m3") -> list[dict]:
     """`sets` independent call arguments on CUDA (bf16 k, v from a seeded generator; zeroed fp8 paged
     caches; slots a random permutation of the cache's, or 0..T-1), keyed like the call's arguments."""
     import torch
@@ -239,7 +242,8 @@ def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float",
         out.append(dict(
             k=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
             v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
-            k_cache=zeros_fp8((pages, PAGE_SIZE, h, width)), v_cache=zeros_fp8((pages, PAGE_SIZE, h, width)),
+            k_cache=zeros_fp8((pages, PAGE_SIZE, h, width), cache_dtype),
+            v_cache=zeros_fp8((pages, PAGE_SIZE, h, width), cache_dtype),
             cache_loc=slots.to(torch.int64), k_scale=s, v_scale=s, **({"per_token_head": True} if pth else {})))
     return out
 
@@ -278,7 +282,8 @@ def _run(args: argparse.Namespace) -> int:
         return graph_replay_us(fn, sets, args.rep_ms)
 
     def make_sets(t: int, h: int, d: int, sets: int) -> list[dict]:
-        return buffer_sets(t, h, d, sets, scale_kind=args.scale_kind, scale=args.scale, locs=args.locs)
+        return buffer_sets(t, h, d, sets, scale_kind=args.scale_kind, scale=args.scale, locs=args.locs,
+                           cache_dtype=args.cache_dtype)
 
     def call(fn, s: dict, **kw) -> None:
         if "per_token_head" in s:
@@ -296,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
     baseline = load_baseline(args.compare) if args.compare else {}
     print(f"kvfp8 bench: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}; {len(todo)} shapes x encoders {args.encoders}; "
-          f"scale {args.scale_kind} {args.scale}; locs {args.locs}", flush=True)
+          f"scale {args.scale_kind} {args.scale}; locs {args.locs}; caches {args.cache_dtype}", flush=True)
 
     def bench_shape(recipe: str, t: int, h: int, d: int) -> None:
         nbytes = bytes_moved(t, h, d) + (t * h * 4 * 2 if args.scale_kind == "per-token-head" else 0)  # fp32 scales

@@ -1,6 +1,6 @@
 """Measure the facts the specification rests on (docs/facts.md), on this machine.
 
-    python -m tools.facts [--out FILE] [--only div,cast,nan,triton] [--device cpu|cuda]
+    python -m tools.facts [--out FILE] [--only div,cast,nan,triton,e5m2] [--device cpu|cuda]
                           [--scale 0.3] [--values N]
 
 Every row is measured here: the torch or Triton operation is run and compared with explicit IEEE
@@ -12,6 +12,9 @@ differing values treat any two NaNs as equal; bytes and bit patterns are printed
   results differ from each of x_f32 * (1/s), x_f32 / s and x_f32 / fp32(in(s)).
 - cast: `.to(torch.float8_e4m3fn)` of fp32 values at and past e4m3's range, ±inf and ±NaN (bytes).
 - nan: the fp32 -> bf16 cast of NaNs (bits), and a bf16 -NaN cast to e4m3 (byte).
+- e5m2: `.to(torch.float8_e5m2)` of fp32 values at e5m2's edges (57344, the 61440 tie, ±inf, ±NaN,
+  subnormals and the tie below 2**-16), and of every bf16 and fp16 pattern (widened to fp32, and
+  directly) against the reference's RNE onto e5m2 with the non-saturating rule (overflow to ±inf).
 - triton: only under Triton's interpreter (no CUDA, or TRITON_INTERPRET=1): its fp32 -> e4m3,
   bf16 and fp16 casts against RNE over fixed value sets, the documented example values, and
   whether tl.fma rounds once.
@@ -30,13 +33,17 @@ import torch
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
 from kernel.backend import interpreted
 from kernel.recipe import get_recipe
-from kernel.reference import BF16, E4M3, FP16, encode_e4m3, round_to_grid, round_to_input_dtype
+from kernel.reference import BF16, E4M3, E5M2, FP16, encode_e4m3, encode_fp8, round_to_grid, round_to_input_dtype
 from tools._cli import comma_list, parser
 
-GROUPS = ("div", "cast", "nan", "triton")
+GROUPS = ("div", "cast", "nan", "triton", "e5m2")
 DTYPES = {"bfloat16": (torch.bfloat16, BF16), "float16": (torch.float16, FP16)}
 CAST_VALUES = ("448", "464", "465", "480", "500", "inf", "-inf", "nan", "-nan")
 FP32_BITS = {"nan": 0x7FC00000, "-nan": 0xFFC00000, "nan(payload 1)": 0x7F800001, "-nan(payload 1)": 0xFF800001}
+#: e5m2's edges: its largest finite value, between it and the 61440 tie, the tie, past it, the
+#: smallest subnormal 2**-16, the tie 2**-17 below it, 3 * 2**-17 (a tie between two subnormals), -0.
+E5M2_CAST_VALUES = ("57344", "59392", "61439", "61440", "65536", "inf", "-inf", "nan", "-nan",
+                    "1.52587890625e-05", "7.62939453125e-06", "2.288818359375e-05", "-0.0")
 E4M3_EXAMPLES = (1.953125, -0.4921875, 0.78125)
 BF16_EXAMPLES = (1 + 2**-8 + 2**-20,)
 HASH = 0x9E3779B1  # the fp32->bf16/fp16 value set: bits i * HASH mod 2**32 (non-finite dropped)
@@ -171,6 +178,21 @@ def measure_nan(device: torch.device) -> list[Row]:
     return rows
 
 
+def measure_e5m2(device: torch.device) -> list[Row]:
+    rows = _cast_rows("e5m2", E5M2_CAST_VALUES, torch.float8_e5m2, device)
+    for dname, (dtype, _) in DTYPES.items():
+        x = all_patterns(dtype)
+        ref = encode_fp8(x.to(torch.float32), get_recipe("unfused-nan"), E5M2).view(torch.float8_e5m2)
+        widened = x.to(device).to(torch.float32).to(torch.float8_e5m2)
+        direct = x.to(device).to(torch.float8_e5m2)
+        neg_nan = int(((direct.cpu().view(torch.uint8) & 0x80) != 0)[torch.isnan(x)].sum())
+        rows.append((f"e5m2/{dname}/all", f"all 65,536 {dname} patterns `.to(torch.float8_e5m2)`, via fp32 / "
+                     f"directly, against RNE onto e5m2 with overflow to ±inf",
+                     f"{count_differences(widened, ref):,} / {count_differences(direct, ref):,} differ "
+                     f"(NaNs equal); {neg_nan:,} of {int(torch.isnan(x).sum()):,} NaNs give a negative NaN byte"))
+    return rows
+
+
 def measure_triton(values: int) -> list[Row]:
     if not interpreted():
         return [("triton", "Triton interpreter casts", "not measured: Triton is compiled here "
@@ -251,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += measure_nan(device)
     if "triton" in args.only:
         rows += measure_triton(args.values)
+    if "e5m2" in args.only:
+        rows += measure_e5m2(device)
     text = render(device, rows)
     sys.stdout.write(text)
     if args.out:

@@ -343,6 +343,14 @@ MUTANTS: tuple[Mutant, ...] = (
        ("kernel/per_token_head_kernel.py", "s = tl.where(s < _f32(FLOOR_V), _f32(FLOOR_V), s)", "s = s + 0.0"),
        ("kernel/per_token_head_kernel.py", "tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax)", "amax"),
        hint="an all-zero head (strategies.per_token_head HEAD_KINDS 'zero'), or a subnormal amax"),
+    # -- e5m2 caches (issue 26: conformance/test_e5m2.py) ---------------------------------------------
+    _m("e5m2-rounding-e4m3-constants", "the software encoder's e5m2 branch keeps e4m3's smallest binade "
+       "(2**-6, not 2**-14): e5m2 values below 2**-6 are rounded on a coarser grid",
+       (TK, "binade = tl.maximum(exponent, 0x38800000)", "binade = tl.maximum(exponent, 0x3C800000)"),
+       hint="an e5m2 cache and a scaled value below 2**-6 (e5m2's normals reach down to 2**-14)"),
+    _m("e5m2-written-as-e4m3", "an e5m2 cache is written with e4m3 bits (vLLM's Triton path: vllm#54341)",
+       (FU, 'E5M2=plan.cache_format == "fp8_e5m2",', "E5M2=False,"),
+       hint="any nonzero value into a float8_e5m2 cache, or a uint8 cache with cache_dtype='fp8_e5m2'"),
 )
 
 
