@@ -48,12 +48,12 @@ from kernel.overlap import shares_memory
 from kernel.plan import (
     LOC_DTYPES,
     _cache_format,
-    _check_cache,
     _check_tensor,
     _fail,
     _judged,
     _normalize_input,
     _self_overlapping,
+    check_call,
     not_traced,
 )
 from kernel.recipe import DEFAULT_RECIPE, RECIPES, Recipe
@@ -197,23 +197,8 @@ def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_
         if s is not None:
             raise _fail(ValueError, f"{name} must be None with per_token_head: each head's scale is computed "
                         f"from its values")
-    k, v = _check_tensor("k", k), _check_tensor("v", v)
-    k_cache, v_cache = _check_tensor("k_cache", k_cache), _check_tensor("v_cache", v_cache)
-    cache_loc = _check_tensor("cache_loc", cache_loc)
-    if isinstance(page_size, bool) or not isinstance(page_size, int):
-        raise _fail(TypeError, f"page_size must be an int, got {type(page_size).__name__}")
-    if page_size < 1:
-        raise _fail(ValueError, f"page_size must be >= 1, got {page_size}")
-    if not isinstance(checked, bool):
-        raise _fail(TypeError, f"checked must be a bool, got {type(checked).__name__}")
+    k, v, k_cache, v_cache, cache_loc = check_call(k, v, k_cache, v_cache, cache_loc, page_size, checked)
     device = k.device
-    if device.type not in ("cuda", "cpu"):
-        raise _fail(ValueError, f"k must be on a CUDA device (or the CPU), got {device}")
-    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_loc", cache_loc)):
-        if t.device != device:
-            raise _fail(ValueError, f"{name} must be on {device} like k, got {t.device}")
-    _check_cache("k_cache", k_cache, page_size)
-    _check_cache("v_cache", v_cache, page_size)
     if _cache_format(cache_dtype, k_cache, v_cache) != "fp8_e4m3":  # vLLM's fp8_per_token_head is e4m3
         raise _fail(ValueError, "per_token_head writes e4m3 (vLLM's fp8_per_token_head): the caches must be "
                     f"float8_e4m3fn or uint8 and cache_dtype None or e4m3, got {k_cache.dtype}, {cache_dtype!r}")

@@ -236,6 +236,30 @@ def _cache_format(cache_dtype: object, k_cache: torch.Tensor, v_cache: torch.Ten
     return said or "fp8_e4m3"
 
 
+def check_call(k: object, v: object, k_cache: object, v_cache: object, cache_loc: object, page_size: object,
+               checked: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The checks every write shares (this module's and kernel/per_token_head.py's): five tensors on one
+    device, page_size and checked of their types, caches of a cache dtype, rank and page size."""
+    k, v = _check_tensor("k", k), _check_tensor("v", v)
+    k_cache, v_cache = _check_tensor("k_cache", k_cache), _check_tensor("v_cache", v_cache)
+    cache_loc = _check_tensor("cache_loc", cache_loc)
+    if isinstance(page_size, bool) or not isinstance(page_size, int):
+        raise _fail(TypeError, f"page_size must be an int, got {type(page_size).__name__}")
+    if page_size < 1:
+        raise _fail(ValueError, f"page_size must be >= 1, got {page_size}")
+    if not isinstance(checked, bool):
+        raise _fail(TypeError, f"checked must be a bool, got {type(checked).__name__}")
+    device = k.device
+    if device.type not in ("cuda", "cpu"):
+        raise _fail(ValueError, f"k must be on a CUDA device (or the CPU), got {device}")
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_loc", cache_loc)):
+        if t.device != device:
+            raise _fail(ValueError, f"{name} must be on {device} like k, got {t.device}")
+    _check_cache("k_cache", k_cache, page_size)
+    _check_cache("v_cache", v_cache, page_size)
+    return k, v, k_cache, v_cache, cache_loc
+
+
 @not_traced  # plain Python validation: nothing for a compiler to trace (and dynamo recurses on it)
 def make_plan(
     k: object,
@@ -252,26 +276,9 @@ def make_plan(
     cache_dtype: object = None,
 ) -> Plan:
     """Validate a call and describe it. Raises TypeError/ValueError naming the bad argument."""
-    k, v = _check_tensor("k", k), _check_tensor("v", v)
-    k_cache, v_cache = _check_tensor("k_cache", k_cache), _check_tensor("v_cache", v_cache)
-    cache_loc = _check_tensor("cache_loc", cache_loc)
+    k, v, k_cache, v_cache, cache_loc = check_call(k, v, k_cache, v_cache, cache_loc, page_size, checked)
     recipe = get_recipe(recipe)
-    if isinstance(page_size, bool) or not isinstance(page_size, int):
-        raise _fail(TypeError, f"page_size must be an int, got {type(page_size).__name__}")
-    if page_size < 1:
-        raise _fail(ValueError, f"page_size must be >= 1, got {page_size}")
-    if not isinstance(checked, bool):
-        raise _fail(TypeError, f"checked must be a bool, got {type(checked).__name__}")
-
     device = k.device
-    if device.type not in ("cuda", "cpu"):
-        raise _fail(ValueError, f"k must be on a CUDA device (or the CPU), got {device}")
-    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_loc", cache_loc)):
-        if t.device != device:
-            raise _fail(ValueError, f"{name} must be on {device} like k, got {t.device}")
-
-    _check_cache("k_cache", k_cache, page_size)
-    _check_cache("v_cache", v_cache, page_size)
     if k_cache.shape != v_cache.shape:
         raise _fail(ValueError, f"v_cache shape {list(v_cache.shape)} must equal k_cache shape "
                     f"{list(k_cache.shape)}")

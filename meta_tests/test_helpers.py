@@ -349,3 +349,15 @@ def test_a_lost_context_after_an_invalid_call_is_the_implementation_crash(monkey
     err = capsys.readouterr().err
     assert "oob-writer crashed the CUDA context" in err and "page-size-mismatch" in err, err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_reference_keeps_no_device_table_a_kernel_could_overwrite():
+    """A stray write by the kernel under test can land on any live device memory: the reference's fp8
+    magnitude table is built for each call, so overwriting one does not change the next expected byte."""
+    from kernel.recipe import get_recipe
+    from kernel.reference import _magnitudes, encode_e4m3
+    cpu = torch.device("cpu")
+    y = torch.tensor([0.0, 1.0, -3.5, 448.0])
+    before = encode_e4m3(y, get_recipe("single"))
+    _magnitudes(cpu).fill_(-1.0)  # what a write past a cache could do to a cached table
+    assert torch.equal(encode_e4m3(y, get_recipe("single")), before)

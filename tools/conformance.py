@@ -42,7 +42,8 @@ from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("capabilities", "bit_exact", "isolation", "equivalence", "per_head", "per_token_head", "e5m2", "errors",
             "overlap", "ties", "exhaustive", "graphs", "bigcache", "devices", "compile", "repeat")
-NOT_IMPL_FAMILIES = ("fidelity", "per_token_head_fidelity", "repro")  # they test the reference and the tools, not an implementation
+# They test the reference and the tools, not an implementation.
+NOT_IMPL_FAMILIES = ("fidelity", "per_token_head_fidelity", "repro")
 BUDGET_S = {"cuda": 600, "cpu": 1200}
 # Kept back from the budget: stopping a cut pytest run (SIGTERM, then SIGKILL after up to 20 s) and
 # the report itself, which took a few seconds on the H200 and the CPU (docs/results/h200-2026-12-03-e.md).
