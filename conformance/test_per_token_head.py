@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 import kernel
 from conformance.harness import fail
 from conformance.impls import test_device as _test_device  # not collected as a test
+from conformance.pth_bytediff import bits as _bytes
+from conformance.pth_bytediff import located_diff
 from strategies.case import Case
 from strategies.cases import cases
 from strategies.per_token_head import PTH_MODES, PTHBuilt, PTHCase, build_pth, pth_cases
@@ -57,14 +59,6 @@ def _reference(b: PTHBuilt) -> None:
     kernel.naive_fp8_set_kv_buffer(**b.call())
 
 
-_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    """t's bits as integers of its element size (any strides; NaNs compare by their bits)."""
-    return t if t.dtype == _INT[t.element_size()] else t.view(_INT[t.element_size()])
-
-
 def diff(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor]) -> str | None:
     """The first differing elements of each buffer (bit patterns of the whole buffers), or None."""
     lines = []
@@ -96,7 +90,7 @@ def test_per_token_head_is_bit_exact(data, impl, device):
     error = _run(impl, actual)
     if error:
         fail(impl, f"raises on a valid per-token-head call ({_describe(pc)}):", error)
-    report = diff(expected.buffers, actual.buffers)
+    report = located_diff(expected, actual)
     if report:
         fail(impl, f"differs from the reference ({_describe(pc)}):", report)
 

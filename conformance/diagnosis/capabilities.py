@@ -176,6 +176,15 @@ def _rows() -> list[InputClass]:
     rows.append(InputClass("empty", "T = 0 (an empty batch)", _empty))
     rows.append(InputClass("per-head-scales", "per-head scales: a [H] float32 k_scale or v_scale (vllm#30141)",
                            tests=(("test_per_head", "*", ()),)))
+    # Decided by the properties that hold an implementation to e5m2 bytes; they skip (not applicable) for one
+    # that declares no e5m2 caches (no cache_dtype parameter).
+    rows.append(InputClass("e5m2-caches", "e5m2 caches: float8_e5m2, or uint8 with cache_dtype='fp8_e5m2' (vLLM's "
+                           "kv_cache_dtype='fp8_e5m2')",
+                           tests=tuple(("test_e5m2", t, ()) for t in ("test_e5m2_is_bit_exact", "test_e5m2_edges",
+                                                                     "test_e5m2_capture_and_replay"))))
+    rows.append(InputClass("per-token-head", "dynamic per-(token, head) scales, stored inline (head_dim + 4) or in "
+                           "scale caches (vLLM's fp8_per_token_head, vllm#38378)",
+                           tests=(("test_per_token_head", "*", ()),)))
     for kind in SCALE_KINDS:
         rows.append(InputClass(f"graph-{kind}", f"CUDA-graph capture and replay, scales {KIND_TITLES[kind]}",
                                tests=_graph_tests(kind), needs="cuda"))

@@ -1,0 +1,83 @@
+"""Where a per-token-head write went wrong: each differing element of a whole buffer, located.
+
+A cache byte is named by its view position (page, offset, head, dim) and slot, the token that writes that
+slot, and either its input value (dim < head_dim) or which byte of the inline fp32 scale it is; a scale
+cache element by (page, offset, head), slot and token. Elements outside the views (gaps, guard bands) are
+said to be so. Values are shown as hex bits, expected and actual.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from strategies.per_token_head import PTHBuilt
+
+FIRST_N = 8
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """t's bits as integers of its element size (any strides; NaNs compare by their bits)."""
+    return t if t.dtype == _INT[t.element_size()] else t.view(_INT[t.element_size()])
+
+
+def _positions(buffer: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """For each element of buffer, its flat index in view (row-major over view's shape), or -1.
+    view lies in buffer's storage, with the same element size (caches: bytes; scale caches: fp32)."""
+    pos = torch.full((buffer.numel(),), -1, dtype=torch.int64)
+    offset = view.storage_offset() - buffer.storage_offset()
+    pos.as_strided(view.shape, view.stride(), offset).copy_(torch.arange(view.numel()).reshape(view.shape))
+    return pos
+
+
+def _token_of(b: PTHBuilt, slot: int) -> str:
+    tokens = [t for t, s in enumerate(b.pc.case.cache_loc) if s == slot]
+    return f"token={tokens[0]}" if len(tokens) == 1 else (f"tokens={tokens}" if tokens else "no token writes it")
+
+
+def _where(b: PTHBuilt, name: str, j: int) -> str:
+    """View position j of buffer `name` as slot, head (and dim), with its token and input value."""
+    case = b.pc.case
+    idx, rest = [], j
+    for size in reversed(b.call()[name].shape):
+        idx.append(rest % size)
+        rest //= size
+    idx.reverse()
+    scale_cache = "scale" in name
+    slot_idx, head = (idx[:-1], idx[-1]) if scale_cache else (idx[:-2], idx[-2])
+    slot = slot_idx[0] * case.page_size + slot_idx[1] if len(slot_idx) == 2 else slot_idx[0]
+    at = f"slot={slot} head={head}"
+    if scale_cache:
+        return f"{at} (its stored scale): {_token_of(b, slot)}"
+    dim = idx[-1]
+    if dim >= case.head_dim:
+        return f"{at} inline scale byte {dim - case.head_dim}: {_token_of(b, slot)}"
+    tokens = [t for t, s in enumerate(case.cache_loc) if s == slot]
+    x = (b.built.k if name == "k_cache" else b.built.v).reshape(case.num_tokens, case.num_heads, case.head_dim)
+    value = f" input={float(x[tokens[0], head, dim]):.9g}" if tokens else ""
+    return f"{at} dim={dim}: {_token_of(b, slot)}{value}"
+
+
+def located_diff(expected: PTHBuilt, actual: PTHBuilt) -> str | None:
+    """The first differing elements of each whole buffer, located; None when all are equal."""
+    lines = []
+    call = actual.call()
+    for name, want in expected.buffers.items():
+        got = actual.buffers[name]
+        a, e = bits(got).flatten().cpu(), bits(want).flatten().cpu()
+        bad = (a != e).nonzero().flatten()
+        if not bad.numel():
+            continue
+        view = call.get(name) if name.endswith("_cache") else None  # inputs and cache_loc: flat indexes
+        pos = _positions(got, view) if isinstance(view, torch.Tensor) else None
+        lines.append(f"{name}: {bad.numel()} of {e.numel()} elements differ; first {min(FIRST_N, bad.numel())}:")
+        width = 2 * got.element_size()
+        for i in bad[:FIRST_N].tolist():
+            mask = (1 << (8 * got.element_size())) - 1
+            where = ""
+            if pos is not None:
+                j = int(pos[i])
+                where = " outside the view (a gap or guard band)" if j < 0 else " at " + _where(actual, name, j)
+            lines.append(f"  {name}[{i}] expected 0x{int(e[i]) & mask:0{width}X} actual 0x{int(a[i]) & mask:0{width}X}"
+                         f"{where}")
+    return "\n".join(lines) or None
