@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -56,10 +55,8 @@ from kernel.plan import (
     check_call,
     not_traced,
 )
-from kernel.recipe import DEFAULT_RECIPE, RECIPES, Recipe
+from kernel.recipe import DEFAULT_PTH_RECIPE, DEFAULT_RECIPE, PTH_RECIPES, RECIPES, PerTokenHeadRecipe, Recipe
 from kernel.reference import E4M3, encode_e4m3
-
-Rule = Literal["vllm", "flashinfer"]
 
 #: Bytes of the fp32 scale after a head's D bytes in the inline layout.
 SCALE_BYTES = 4
@@ -79,31 +76,6 @@ FLOOR_VLLM = _fp32(1e-6)  # 0x358637BD: tl.maximum(amax / QUANT_MAX, 1e-6), the 
 FLOOR_FLASHINFER = _fp32(1e-12)  # 0x2B8CBCCC: max(amax, 1e-12) on an fp32 tensor
 
 
-@dataclass(frozen=True)
-class PerTokenHeadRecipe:
-    """One exactly specified dynamic per-(token, head) quantization (see the module docstring)."""
-
-    name: str
-    rule: Rule
-    models: str
-
-
-PTH_RECIPES: dict[str, PerTokenHeadRecipe] = {
-    r.name: r
-    for r in (
-        PerTokenHeadRecipe(
-            "per-token-head-vllm", "vllm",
-            "vLLM's fp8_per_token_head write (vllm#38378): _reshape_cache_per_token_head_kernel in "
-            "vllm/v1/attention/ops/triton_quant_kv/int8_fp8_per_token_head.py: "
-            "s = max(amax / 448, 1e-6), clamp(x * (1 / s), -448, 448), stored to an fp8 pointer",
-        ),
-        PerTokenHeadRecipe(
-            "per-token-head-flashinfer", "flashinfer",
-            "FlashInfer's test quantizer: s = max(amax, 1e-12) / 448, (x / s).to(float8_e4m3fn)",
-        ),
-    )
-}
-DEFAULT_PTH_RECIPE = "per-token-head-vllm"
 _SATURATE: Recipe = RECIPES["single"]  # only its overflow rule is read: saturate to ±448
 
 

@@ -119,3 +119,36 @@ def get_recipe(recipe: Recipe | str) -> Recipe:
             return RECIPES[recipe]
         raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
     raise TypeError(f"recipe must be a kernel.Recipe or a recipe name, got {type(recipe).__name__}")
+
+
+# -- dynamic per-(token, head) scales (kernel/per_token_head.py: the steps, edge cases and layouts) ----------
+
+PTHRule = Literal["vllm", "flashinfer"]
+
+
+@dataclass(frozen=True)
+class PerTokenHeadRecipe:
+    """One exactly specified dynamic per-(token, head) quantization: its steps are written out in
+    kernel/per_token_head.py, whose reference follows `rule`."""
+
+    name: str
+    rule: PTHRule
+    models: str
+
+
+PTH_RECIPES: dict[str, PerTokenHeadRecipe] = {
+    r.name: r
+    for r in (
+        PerTokenHeadRecipe(
+            "per-token-head-vllm", "vllm",
+            "vLLM's fp8_per_token_head write (vllm#38378): _reshape_cache_per_token_head_kernel in "
+            "vllm/v1/attention/ops/triton_quant_kv/int8_fp8_per_token_head.py: "
+            "s = max(amax / 448, 1e-6), clamp(x * (1 / s), -448, 448), stored to an fp8 pointer",
+        ),
+        PerTokenHeadRecipe(
+            "per-token-head-flashinfer", "flashinfer",
+            "FlashInfer's test quantizer: s = max(amax, 1e-12) / 448, (x / s).to(float8_e4m3fn)",
+        ),
+    )
+}
+DEFAULT_PTH_RECIPE = "per-token-head-vllm"
