@@ -11,6 +11,8 @@ skipped with the reason.
   page_size=16, use_triton=True)`, called positionally with `use_triton` left at its default.
 - `vllm`: `reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
   k_scale, v_scale)`: 3-D inputs, 4-D caches, int64 slots, one-element float32 tensor scales.
+- `vllm-per-token-head`: `fn(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache,
+  v_scale_cache)`: vLLM's dynamic per-(token, head) write, scales to separate scale caches; nothing else.
 
 Another convention is a small adapter function written in one of these (docs/conventions.md).
 """
@@ -40,6 +42,8 @@ class Convention:
     scale_kinds: tuple[str, ...] = SCALE_KINDS
     extra: tuple[tuple[int, object], ...] = ()  # (position, value) of constant arguments, e.g. "fp8"
     per_head_scales: bool = False  # takes a [H] float32 k_scale / v_scale (conformance/test_per_head.py)
+    per_token_head: bool = False  # writes dynamic per-(token, head) scales (conformance/test_per_token_head.py)
+    static: bool = True  # writes with given scales (False: per-token-head writes only)
 
     @property
     def arguments(self) -> frozenset[str]:
@@ -56,8 +60,14 @@ class Convention:
         """The scale kind of the plain call: a 1-element tensor where the convention takes one."""
         return next(k for k in ("tensor1", "tensor0d", "float", "none") if k in self.scale_kinds)
 
+    @property
+    def dynamic_only(self) -> str:
+        return f"the {self.name} convention writes dynamic per-(token, head) scales only"
+
     def why_not(self, case: Case) -> str | None:
         """Why `case` cannot be expressed in this convention, or None when it can."""
+        if not self.static:
+            return self.dynamic_only
         checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),
                   ("loc_dtype", self.loc_dtypes, "{} cache_loc"))
         for attr, allowed, what in checks:
@@ -74,6 +84,8 @@ class Convention:
 
         Raises LookupError naming what is left empty when nothing the caller asked for is expressible.
         """
+        if not self.static:
+            raise LookupError(self.dynamic_only)
         own = {"input_ranks": self.input_ranks, "cache_ranks": self.cache_ranks, "loc_dtypes": self.loc_dtypes,
                "scale_kinds": self.scale_kinds}
         out = dict(space)
@@ -106,8 +118,19 @@ class Convention:
         keywords = {self.spelling[n]: call[n] for n in ("recipe", "checked") if n in self.spelling and n in call}
         fn(*args, **keywords, **fixed)
 
+    def invoke_per_token_head(self, fn: Callable[..., object], call: Mapping[str, object],
+                              fixed: Mapping[str, object]) -> None:
+        """Call fn with a per-token-head call (strategies.per_token_head.PTHBuilt.call()), by keyword:
+        the tensors as this convention spells them, the scale caches when the layout is separate, and
+        (kvfp8) page_size, checked and the per_token_head mode."""
+        names = dict(self.spelling)
+        if self.name == "kvfp8":
+            names["per_token_head"] = "per_token_head"
+        names |= {n: n for n in ("k_scale_cache", "v_scale_cache") if call.get(n) is not None}
+        fn(**{names[n]: value for n, value in call.items() if n in names}, **fixed)
 
-KVFP8 = Convention("kvfp8", {n: n for n in ARGUMENTS}, per_head_scales=True)
+
+KVFP8 = Convention("kvfp8", {n: n for n in ARGUMENTS}, per_head_scales=True, per_token_head=True)
 SGLANG = Convention("sglang", {n: n for n in POSITIONAL})
 VLLM = Convention(
     "vllm",
@@ -116,7 +139,16 @@ VLLM = Convention(
     input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
     extra=((5, "fp8"),),
 )
-CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM)}
+# vLLM's per-token-head write: reshape_and_cache_int8_fp8(key, value, key_cache, value_cache, slot_mapping, *,
+# k_scale_cache, v_scale_cache, kv_quant_mode) in vllm/v1/attention/ops/triton_quant_kv/ (vllm#38378): the scales
+# go to float32 scale caches [num_blocks, block_size, H]; page_size is the caches' block_size. (vLLM's own
+# function also takes kv_quant_mode, its enum: wrap it in an adapter that fixes FP8_PER_TOKEN_HEAD.)
+VLLM_PER_TOKEN_HEAD = Convention(
+    "vllm-per-token-head",
+    {"k": "key", "v": "value", "k_cache": "key_cache", "v_cache": "value_cache", "cache_loc": "slot_mapping"},
+    input_ranks=(3,), cache_ranks=(4,), scale_kinds=("none",), per_token_head=True, static=False,
+)
+CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM, VLLM_PER_TOKEN_HEAD)}
 
 _HEADS = {  # the leading parameter names that identify a convention
     "vllm": ("key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "v_scale"),
@@ -138,6 +170,8 @@ def detect(fn: Callable[..., object]) -> Convention:
     kinds = {p.kind for p in params.values()}
     if "recipe" in params or {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds:
         return KVFP8
+    if names[:5] == _HEADS["vllm"][:5] and {"k_scale_cache", "v_scale_cache"} <= set(names):
+        return VLLM_PER_TOKEN_HEAD
     for name, head in _HEADS.items():
         if names[:len(head)] == head:
             return CONVENTIONS[name]

@@ -78,7 +78,10 @@ class Implementation:
             torch.cuda.synchronize(built.k.device)
 
     def fit(self, case: Case) -> Case:
-        """A fixed Case made expressible (scale kinds) and held to this implementation's recipe."""
+        """A fixed Case made expressible (scale kinds) and held to this implementation's recipe; raises
+        Inexpressible (a skip) for a convention that makes no static-scale writes."""
+        if not self.convention.static:
+            raise Inexpressible(self.convention.dynamic_only)
         case = self.convention.fit(case)
         return case.replace(recipe=self.recipe) if self.recipe else case
 

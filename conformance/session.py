@@ -32,6 +32,7 @@ from conformance.conventions import CONVENTIONS, get_convention
 from conformance.impls import IMPL_ENV, Implementation, selected_implementations, test_device
 from kernel import RECIPES
 from kernel.backend import describe
+from kernel.recipe import PTH_RECIPES
 
 #: Examples a property for an external implementation (this repository's kernel keeps the profile's).
 EXTERNAL_EXAMPLES = {"cuda": 20, "cpu": 10}
@@ -47,7 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           f"(also ${IMPL_ENV})")
     parser.addoption("--convention", default=None, choices=sorted(CONVENTIONS),
                      help="how to call --impl (default: detected from its signature; docs/conventions.md)")
-    parser.addoption("--recipe", default=None, choices=sorted(RECIPES) + ["auto"],
+    parser.addoption("--recipe", default=None, choices=sorted(RECIPES) + sorted(PTH_RECIPES) + ["auto"],
                      help="hold the implementation to this recipe; auto (the default with --impl): identify it "
                           "first. An implementation that takes recipe= is held to every recipe by default")
 
@@ -60,6 +61,9 @@ def _hold(impl: Implementation, option: str | None, full: bool | None = None) ->
     if impl.convention.told_recipe:
         return None, "every recipe, passed as recipe= (kvfp8 convention)"
     device = test_device()
+    if not impl.convention.static:  # a dynamic per-(token, head) write: one of kernel.recipe.PTH_RECIPES
+        from conformance.diagnosis.pth_identification import identify_per_token_head
+        return identify_per_token_head(impl, device)
     started = time.perf_counter()
     full = device.type == "cuda" if full is None else full
     res = identify(impl, sweep_points(["bfloat16", "float16"], full,
@@ -165,7 +169,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # session scope, so that fixtures derived from it (recipes) are not reset between examples
         metafunc.parametrize("impl", impls, ids=[i.name for i in impls], scope="session")
     if "recipe" in metafunc.fixturenames and not _parametrized_by_test(metafunc, "recipe"):
-        metafunc.parametrize("recipe", held_recipes(impls))
+        recipes = held_recipes(impls)
+        if not recipes:  # every implementation of the run writes dynamic per-(token, head) scales only
+            why = "; ".join(i.convention.dynamic_only for i in impls if not i.convention.static) or "no recipe held"
+            recipes = [pytest.param(None, marks=pytest.mark.skip(reason=why), id="no-static-recipe")]
+        metafunc.parametrize("recipe", recipes)
 
 
 def held_lines(impls: list[Implementation]) -> list[str]:

@@ -25,29 +25,51 @@ from conformance.harness import fail
 from conformance.impls import test_device as _test_device  # not collected as a test
 from conformance.pth_bytediff import bits as _bytes
 from conformance.pth_bytediff import located_diff
+from kernel.recipe import DEFAULT_PTH_RECIPE, PTH_RECIPES
 from strategies.case import Case
 from strategies.cases import cases
-from strategies.per_token_head import PTH_MODES, PTHBuilt, PTHCase, build_pth, pth_cases
+from strategies.per_token_head import LAYOUTS, PTH_MODES, PTHBuilt, PTHCase, build_pth, pth_cases
 
 FIRST_N = 8
 
 
-def _skip_unless_per_token_head(impl) -> None:
+def _takes_mode(impl) -> bool:
     try:
-        takes = "per_token_head" in inspect.signature(impl.fn).parameters
+        return "per_token_head" in inspect.signature(impl.fn).parameters
     except (TypeError, ValueError):
-        takes = False
-    if impl.convention.name != "kvfp8" or not takes:
-        pytest.skip(f"{impl.name} takes no per_token_head= (the {impl.convention.name} convention)")
+        return False
 
 
-def _base(size: str, **space: object) -> st.SearchStrategy[Case]:
+def _target(impl) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The recipes (modes) and layouts impl's per-token-head calls take; skips one that makes none.
+    kvfp8 (per_token_head=): every recipe, told, and both layouts. vllm-per-token-head: the recipe it is
+    held to (identified), scale caches only, 3-D inputs and 4-D caches."""
+    conv = impl.convention
+    if not conv.per_token_head or (conv.name == "kvfp8" and not _takes_mode(impl)):
+        takes = ", no per_token_head= parameter" if conv.per_token_head else ""
+        pytest.skip(f"{impl.name} makes no per-token-head writes (the {conv.name} convention{takes})")
+    if conv.name == "kvfp8":
+        return PTH_MODES, LAYOUTS
+    return (impl.recipe if impl.recipe in PTH_RECIPES else DEFAULT_PTH_RECIPE,), ("separate",)
+
+
+def _skip_unless_per_token_head(impl) -> None:
+    """This project's own per-token-head contract (its error messages, its documented edge bytes, the
+    inline layout through per_token_head=): the kvfp8 convention only."""
+    _target(impl)
+    if impl.convention.name != "kvfp8":
+        pytest.skip(f"this repository's own per-token-head contract (the {impl.convention.name} convention)")
+
+
+def _base(size: str, impl=None, **space: object) -> st.SearchStrategy[Case]:
+    if impl is not None and impl.convention.name != "kvfp8":
+        space = {"input_ranks": impl.convention.input_ranks, "cache_ranks": impl.convention.cache_ranks, **space}
     return cases(size=size, scale_kinds=("none",), recipes=("single",), allow_out_of_range=True, **space)
 
 
 def _run(impl, b: PTHBuilt) -> str | None:
     try:
-        impl.fn(**b.call(), **impl.kwargs)
+        impl.convention.invoke_per_token_head(impl.fn, b.call(), impl.kwargs)
         if b.built.k.device.type == "cuda":
             torch.cuda.synchronize(b.built.k.device)
     except Exception as exc:  # noqa: BLE001  (reported, with the case)
@@ -82,9 +104,9 @@ def _describe(pc: PTHCase) -> str:
 @given(data=st.data())
 def test_per_token_head_is_bit_exact(data, impl, device):
     """Whole caches (inline scale bytes included), whole scale caches, and unmodified inputs."""
-    _skip_unless_per_token_head(impl)
+    modes, layouts = _target(impl)
     size = "large" if device.type == "cuda" else "small"
-    pc = data.draw(pth_cases(_base(size)), label="pth_case")
+    pc = data.draw(pth_cases(_base(size, impl), modes, layouts), label="pth_case")
     expected, actual = build_pth(pc, device), build_pth(pc, device)
     _reference(expected)
     error = _run(impl, actual)
@@ -98,8 +120,8 @@ def test_per_token_head_is_bit_exact(data, impl, device):
 @given(data=st.data())
 def test_padding_and_out_of_range_slots_write_nothing(data, impl, device):
     """A call whose every cache_loc entry is negative or >= the number of slots changes no byte."""
-    _skip_unless_per_token_head(impl)
-    pc = data.draw(pth_cases(_base("small"), kinds=()), label="pth_case")
+    modes, layouts = _target(impl)
+    pc = data.draw(pth_cases(_base("small", impl), modes, layouts, kinds=()), label="pth_case")
     slots = pc.case.num_slots
     loc = tuple(data.draw(st.sampled_from((-1, -7, slots, slots + 3, 2**31 - 1)), label=f"loc_{t}")
                 for t in range(pc.case.num_tokens))
@@ -205,8 +227,8 @@ def test_invalid_arguments_raise_before_writing(name, layout, change, kind, mess
 def test_per_token_head_replays_from_a_cuda_graph(data, impl, device):
     """A captured per-token-head call, replayed after new K/V values are copied in, writes what the
     reference writes for those values (bytes and scales)."""
-    _skip_unless_per_token_head(impl)
-    pc = data.draw(pth_cases(_base("small", checked=False)), label="pth_case")
+    modes, layouts = _target(impl)
+    pc = data.draw(pth_cases(_base("small", impl, checked=False), modes, layouts), label="pth_case")
     other = data.draw(st.integers(0, 2**32 - 1), label="replay_seed")
     b = build_pth(pc, device)
     _run(impl, b)  # compiles outside the capture
@@ -215,7 +237,7 @@ def test_per_token_head_replays_from_a_cuda_graph(data, impl, device):
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        impl.fn(**b.call(), **impl.kwargs)
+        impl.convention.invoke_per_token_head(impl.fn, b.call(), impl.kwargs)
     torch.cuda.current_stream(device).wait_stream(stream)
     for name, buf in pristine.items():
         b.buffers[name].copy_(buf)

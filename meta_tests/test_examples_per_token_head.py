@@ -1,8 +1,9 @@
 """examples/vllm_per_token_head.py, vLLM's per-token-head write in plain torch, matches the reference's
 per-token-head-vllm recipe byte for byte: whole caches, whole scale caches (guards included), inputs untouched.
 
-Its convention (keyword-only scale caches, 4-D caches, [T, H, D] inputs) is not one of conformance.conventions',
-so the call is spelled here; cases come from strategies.per_token_head with every special head kind.
+Its convention is `vllm-per-token-head` (keyword-only scale caches, 4-D caches, [T, H, D] inputs), detected from
+its signature; `--recipe auto` identifies its recipe, and another recipe's arithmetic as that one. Cases come from
+strategies.per_token_head with every special head kind.
 """
 
 from __future__ import annotations
@@ -32,3 +33,30 @@ def test_vllm_per_token_head_example_matches_the_reference(data):
                       v_scale_cache=actual.v_scale_cache)
     report = diff(expected.buffers, actual.buffers)
     assert report is None, f"examples/vllm_per_token_head.py differs from the reference:\n{report}"
+
+
+def _flashinfer(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache, v_scale_cache):
+    """FlashInfer's arithmetic in vLLM's per-token-head convention (the reference, told that recipe)."""
+    kernel.naive_fp8_set_kv_buffer(key, value, key_cache, value_cache, slot_mapping, page_size=key_cache.shape[1],
+                                   per_token_head="per-token-head-flashinfer", k_scale_cache=k_scale_cache,
+                                   v_scale_cache=v_scale_cache)
+
+
+def test_the_convention_is_detected_and_the_recipe_identified():
+    from conformance.conventions import VLLM_PER_TOKEN_HEAD, detect
+    from conformance.diagnosis.pth_identification import identify_per_token_head
+    from conformance.impls import Implementation
+    assert detect(reshape_and_cache) is VLLM_PER_TOKEN_HEAD and detect(_flashinfer) is VLLM_PER_TOKEN_HEAD
+    for fn, recipe in ((reshape_and_cache, "per-token-head-vllm"), (_flashinfer, "per-token-head-flashinfer")):
+        held, note = identify_per_token_head(Implementation(fn.__name__, fn, convention=VLLM_PER_TOKEN_HEAD), DEVICE)
+        assert (held, note.split(":", 1)[0]) == (recipe, "identified"), (fn.__name__, held, note)
+
+
+def test_a_per_token_head_failure_is_classified_by_where_its_bytes_are():
+    from conformance.diagnosis.classify import _per_token_head
+    line = "  {} expected 0x32 actual 0x33 at slot=0 head=0 {}"
+    assert _per_token_head(line.format("k_cache[3]", "dim=1: token=0 input=1")).key == "per-token-head:values"
+    assert _per_token_head(line.format("k_scale_cache[0]", "(its stored scale): token=0")).key == \
+        "per-token-head:scales"
+    assert _per_token_head(line.format("v_cache[9]", "dim=0: no token writes it")).key == \
+        "per-token-head:writes-outside"

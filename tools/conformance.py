@@ -37,6 +37,7 @@ from conformance.diagnosis import report as reporting
 from conformance.diagnosis.capabilities import ROWS, argument_rows
 from conformance.impls import FUSED_SPEC, _split, from_spec, test_device
 from kernel.backend import ENCODER_ENV, describe, resolve_encoder
+from kernel.recipe import PTH_RECIPES
 from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("impl", help="module:function or path/to/file.py:function (kernel:fused_fp8_set_kv_buffer for "
                                 "this repository's kernel)")
     p.add_argument("--convention", choices=sorted(CONVENTIONS), help="how to call it (default: from its signature)")
-    p.add_argument("--recipe", default="auto", choices=["auto", *RECIPE_NAMES],
+    p.add_argument("--recipe", default="auto", choices=["auto", *RECIPE_NAMES, *sorted(PTH_RECIPES)],
                    help="the recipe to hold it to; auto (default): identify it (an implementation told recipe= "
                         "is held to every recipe)")
     p.add_argument("--sweep", choices=("quick", "full"),

@@ -53,7 +53,7 @@ CELLS = {
     "validation": "does not validate", "unclassified": "wrong bytes",
     "flush-to-zero": "wrong bytes", "rounds-toward-zero": "wrong bytes", "approximate-division": "wrong bytes",
     "off-by-one-ulp": "wrong bytes", "storage": "wrong bytes", "strides": "wrong bytes", "padding": "writes outside",
-    "out-of-range": "writes outside", "big-cache": "wrong bytes",
+    "out-of-range": "writes outside", "big-cache": "wrong bytes", "per-token-head": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -63,7 +63,7 @@ CLASS_TITLES = {
     "flush-to-zero": "flush to zero", "rounds-toward-zero": "rounding toward zero",
     "approximate-division": "not correctly rounded", "off-by-one-ulp": "not correctly rounded",
     "storage": "storage type", "strides": "strides", "padding": "padding slots", "out-of-range": "out-of-range slots",
-    "big-cache": "caches above 2**31 bytes",
+    "big-cache": "caches above 2**31 bytes", "per-token-head": "dynamic per-(token, head) scales",
 }
 NAN_BYTES = (0x7F, 0xFF)
 EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes
@@ -702,6 +702,20 @@ def _eager_findings(message: str, impl: Implementation | None, device: torch.dev
     return found
 
 
+def _per_token_head(message: str) -> Finding:
+    """A per-token-head write's wrong bytes, by where conformance/pth_bytediff.py located them: outside the
+    written slots, only in the stored scales, or in the data bytes."""
+    places = [line for line in message.splitlines() if " expected 0x" in line]
+    if any("no token writes it" in line or "outside the view" in line for line in places):
+        return Finding("per-token-head", "per-token-head:writes-outside", "with dynamic per-(token, head) scales, "
+                       "writes where no token's slot is", cell="writes outside", replayable=False)
+    if places and all("stored scale" in line or "inline scale byte" in line for line in places):
+        return Finding("per-token-head", "per-token-head:scales", "with dynamic per-(token, head) scales, stores "
+                       "wrong scales (the data bytes are right)", replayable=False)
+    return Finding("per-token-head", "per-token-head:values", "with dynamic per-(token, head) scales, writes wrong "
+                   "bytes (no per-token-head recipe gives them)", replayable=False)
+
+
 def _classify(exc: BaseException, message: str, test: str, module: str, params: dict[str, Any],
               impl: Implementation | None, device: torch.device | None) -> list[Finding]:
     kind = type(exc).__name__
@@ -795,6 +809,10 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         if "raises on a valid call" in what:
             return [raised(message.split("\n", 1)[-1])]
         return [Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale", replayable=False)]
+    if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
+        if "raises on a valid" in what:
+            return [raised(message.split("\n", 1)[-1])]
+        return [_per_token_head(message)]
     m = SAVED.search(message)
     case = _load(m.group(1)) if m else None
     if case is None:
