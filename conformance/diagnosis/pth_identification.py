@@ -22,7 +22,7 @@ HEADS = (("k", 0, 0, "small"), ("v", 0, 1, "tiny"), ("k", 1, 1, "zero"), ("v", 2
 
 
 def probe_cases(layouts: tuple[str, ...]) -> list[PTHCase]:
-    """Four small Cases (bf16 and fp16, each of `layouts`), with floor-deciding heads."""
+    """Small Cases (bf16 and fp16, each of `layouts`), with floor-deciding heads."""
     out = []
     for seed, dtype in ((1, "bfloat16"), (2, "float16")):
         case = Case(num_tokens=4, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(0, 3, 5, 6),
