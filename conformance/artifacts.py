@@ -76,9 +76,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60]
 
 
-def failure_path(case: Case, impl: Implementation, test: str) -> Path:
-    """failures/<test>-<impl>-<hash>.json; the hash is over (test, impl, Case)."""
-    key = json.dumps([test, impl.name, impl.kwargs, case.to_dict()], sort_keys=True, default=str)
+def failure_path(case: Case, impl: Implementation, test: str, extra: dict | None = None) -> Path:
+    """failures/<test>-<impl>-<hash>.json; the hash is over (test, impl, Case, extra)."""
+    key = json.dumps([test, impl.name, impl.kwargs, case.to_dict(), extra or {}], sort_keys=True, default=str)
     digest = hashlib.sha1(key.encode()).hexdigest()[:10]
     test_name = test.rsplit("::", 1)[-1].split("[", 1)[0] or "case"
     return failures_dir() / f"{_slug(test_name)}-{_slug(impl.name)}-{digest}.json"
@@ -99,10 +99,12 @@ def fill_function(name: str | None):
     return getattr(importlib.import_module(module), attr)
 
 
-def save_failure(case: Case, impl: Implementation, report: str, final: bool = False, fill: str | None = None) -> str:
+def save_failure(case: Case, impl: Implementation, report: str, final: bool = False, fill: str | None = None,
+                 extra: dict | None = None) -> str:
     """Write the failure file and return the lines to print: its path and the replay command.
 
-    `fill` (a FILLS name) says how the Case's values were overwritten after `build`.
+    `fill` (a FILLS name) says how the Case's values were overwritten after `build`. `extra`: more fields
+    of the record (a per-token-head call's "pth_case", which tools.repro replays instead of the Case).
     Returns '' for the intermediate examples Hypothesis tries while shrinking (unless `final`).
     """
     if fill is not None and fill not in FILLS:
@@ -110,7 +112,7 @@ def save_failure(case: Case, impl: Implementation, report: str, final: bool = Fa
     if not (final or _is_final_example()):
         return ""
     test = current_test()
-    path = failure_path(case, impl, test)
+    path = failure_path(case, impl, test, extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "format": FORMAT,
@@ -123,6 +125,7 @@ def save_failure(case: Case, impl: Implementation, report: str, final: bool = Fa
     }
     if fill:
         record["fill"] = fill
+    record |= extra or {}
     path.write_text(json.dumps(record, indent=1, default=str) + "\n")
     return f"failure case saved: {path}\nreplay: {replay_command(path)}   (or: make repro CASE={path})"
 

@@ -67,6 +67,13 @@ def _base(size: str, impl=None, **space: object) -> st.SearchStrategy[Case]:
     return cases(size=size, scale_kinds=("none",), recipes=("single",), allow_out_of_range=True, **space)
 
 
+def _fail(impl, what: str, report: str, pc: PTHCase) -> None:
+    """fail(), with the PTHCase saved as a failure file that `python -m tools.repro FILE` replays."""
+    from conformance.artifacts import save_failure
+    saved = save_failure(pc.case, impl, report, extra={"pth_case": pc.to_dict()})
+    fail(impl, what, f"{report}\n{saved}".rstrip())
+
+
 def _run(impl, b: PTHBuilt) -> str | None:
     try:
         impl.convention.invoke_per_token_head(impl.fn, b.call(), impl.kwargs)
@@ -111,10 +118,10 @@ def test_per_token_head_is_bit_exact(data, impl, device):
     _reference(expected)
     error = _run(impl, actual)
     if error:
-        fail(impl, f"raises on a valid per-token-head call ({_describe(pc)}):", error)
+        _fail(impl, f"raises on a valid per-token-head call ({_describe(pc)}):", error, pc)
     report = located_diff(expected, actual)
     if report:
-        fail(impl, f"differs from the reference ({_describe(pc)}):", report)
+        _fail(impl, f"differs from the reference ({_describe(pc)}):", report, pc)
 
 
 @given(data=st.data())
@@ -131,10 +138,10 @@ def test_padding_and_out_of_range_slots_write_nothing(data, impl, device):
     before = b.snapshot()
     error = _run(impl, b)
     if error:
-        fail(impl, f"raises on a call of padding and out-of-range slots ({_describe(pc)}):", error)
+        _fail(impl, f"raises on a call of padding and out-of-range slots ({_describe(pc)}):", error, pc)
     report = diff(before, b.buffers)
     if report:
-        fail(impl, f"writes with no slot in range ({_describe(pc)}):", report)
+        _fail(impl, f"writes with no slot in range ({_describe(pc)}):", report, pc)
 
 
 def _fixed(layout: str, cache_dtype: str = "uint8") -> PTHCase:

@@ -8,6 +8,8 @@ strategies.per_token_head with every special head kind.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,10 +17,12 @@ import kernel
 from conformance.impls import test_device as _test_device  # not collected as a test
 from conformance.test_per_token_head import diff
 from examples.vllm_per_token_head import reshape_and_cache
+from strategies.case import Layout
 from strategies.cases import cases
 from strategies.per_token_head import build_pth, pth_cases
 
 DEVICE = _test_device()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @given(data=st.data())
@@ -60,3 +64,28 @@ def test_a_per_token_head_failure_is_classified_by_where_its_bytes_are():
         "per-token-head:scales"
     assert _per_token_head(line.format("v_cache[9]", "dim=0: no token writes it")).key == \
         "per-token-head:writes-outside"
+
+
+def test_a_per_token_head_failure_file_replays(tmp_path, monkeypatch):
+    """A PTHCase survives its JSON, and tools.repro replays the saved call: FAIL (exit 1) for a write with no
+    floor on its scale, PASS (exit 0) for the example."""
+    from conformance.artifacts import save_failure
+    from conformance.impls import from_spec
+    from strategies.case import Case
+    from strategies.per_token_head import PTHCase
+    from tools.repro import main
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    source = (ROOT / "examples" / "vllm_per_token_head.py").read_text()
+    broken = tmp_path / "no_floor.py"
+    floor = "s = torch.maximum(amax / q_max, torch.full_like(amax, 1e-6))"
+    assert floor in source
+    broken.write_text(source.replace(floor, "s = amax / q_max"))
+    case = Case(num_tokens=2, num_heads=2, head_dim=8, page_size=4, num_pages=2, cache_loc=(1, 6), seed=4,
+                recipe="single")
+    pc = PTHCase(case, "per-token-head-vllm", "separate", Layout.contiguous(3), Layout.contiguous(3),
+                 heads=(("k", 0, 1, "zero"),))
+    assert PTHCase.from_dict(pc.to_dict()) == pc
+    for spec, status in ((f"{broken}:reshape_and_cache", 1), ("examples/vllm_per_token_head.py:reshape_and_cache", 0)):
+        saved = save_failure(case, from_spec(spec), "recorded", final=True, extra={"pth_case": pc.to_dict()})
+        path = saved.split("failure case saved: ", 1)[1].split("\n", 1)[0]
+        assert main([path]) == status, spec

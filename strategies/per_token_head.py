@@ -55,6 +55,19 @@ class PTHCase:
         c = self.case
         return (c.num_pages, c.page_size, c.num_heads)
 
+    def to_dict(self) -> dict:
+        """JSON-able: what a failure file holds to rebuild the same bytes (tools.repro)."""
+        lay = lambda x: None if x is None else dataclasses.asdict(x)  # noqa: E731
+        return {"case": self.case.to_dict(), "mode": self.mode, "layout": self.layout,
+                "k_scale_layout": lay(self.k_scale_layout), "v_scale_layout": lay(self.v_scale_layout),
+                "heads": [list(h) for h in self.heads]}
+
+    @staticmethod
+    def from_dict(d: dict) -> PTHCase:
+        lay = lambda x: None if x is None else Layout(tuple(x["order"]), tuple(x["extra"]), x["step"], x["offset"])  # noqa: E731
+        return PTHCase(Case.from_dict(d["case"]), d["mode"], d["layout"], lay(d["k_scale_layout"]),
+                       lay(d["v_scale_layout"]), tuple(tuple(h) for h in d["heads"]))
+
 
 @st.composite
 def _scale_layouts(draw: st.DrawFn, cache_rank: int) -> Layout:

@@ -96,6 +96,28 @@ def summary(case: Case) -> str:
             f"recipe={case.recipe} checked={case.checked}")
 
 
+def replay_per_token_head(record: dict[str, Any], impl: Implementation, device, out) -> int:
+    """A per-token-head failure file: rebuild its PTHCase, write with the reference and the implementation,
+    compare every whole buffer (caches and scale caches), located (conformance.pth_bytediff)."""
+    from conformance.pth_bytediff import located_diff
+    from strategies.per_token_head import PTHCase, build_pth
+    pc = PTHCase.from_dict(record["pth_case"])
+    print(f"pth      {pc.mode}, {pc.layout} scales, special heads {[list(h) for h in pc.heads]}", file=out)
+    expected, actual = build_pth(pc, device), build_pth(pc, device)
+    kernel.naive_fp8_set_kv_buffer(**expected.call())
+    try:
+        impl.convention.invoke_per_token_head(impl.fn, actual.call(), impl.kwargs)
+        report = located_diff(expected, actual)
+    except Exception as exc:  # noqa: BLE001  (the implementation's error is the finding)
+        report = f"raised {type(exc).__name__}: {exc}"
+    if report is None:
+        print("PASS: every whole buffer (caches, scale caches) is identical to the reference.", file=out)
+        return 0
+    print(f"FAIL: {impl.name} differs from the reference ({pc.mode}):", file=out)
+    print(report, file=out)
+    return 1
+
+
 def replay(path: str, args: argparse.Namespace, out=sys.stdout) -> int:
     case, record = load_case(path)
     fill = fill_function(record.get("fill"))
@@ -116,6 +138,8 @@ def replay(path: str, args: argparse.Namespace, out=sys.stdout) -> int:
     for note in notes:
         print(note, file=out)
 
+    if "pth_case" in record:
+        return replay_per_token_head(record, impl, device, out)
     reason = impl.convention.why_not(case)
     if reason:
         raise ValueError(f"{reason}: this case cannot be replayed with it")

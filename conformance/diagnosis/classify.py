@@ -810,9 +810,12 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
             return [raised(message.split("\n", 1)[-1])]
         return [Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale", replayable=False)]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
-        if "raises on a valid" in what:
-            return [raised(message.split("\n", 1)[-1])]
-        return [_per_token_head(message)]
+        found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
+        saved = SAVED.search(message)  # its PTHCase, which tools.repro replays
+        base = _load(saved.group(1)) if saved else None
+        if base is not None:
+            found.case_file, found.case_size, found.replayable = saved.group(1), case_size(base), True
+        return [found]
     m = SAVED.search(message)
     case = _load(m.group(1)) if m else None
     if case is None:
