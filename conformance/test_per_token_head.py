@@ -26,7 +26,7 @@ from conformance.impls import test_device as _test_device  # not collected as a 
 from conformance.pth_bytediff import bits as _bytes
 from conformance.pth_bytediff import located_diff
 from kernel.recipe import DEFAULT_PTH_RECIPE, PTH_RECIPES
-from strategies.case import Case
+from strategies.case import Case, Layout
 from strategies.cases import cases
 from strategies.per_token_head import LAYOUTS, PTH_MODES, PTHBuilt, PTHCase, build_pth, pth_cases
 
@@ -148,7 +148,6 @@ def _fixed(layout: str, cache_dtype: str = "uint8") -> PTHCase:
     case = Case(num_tokens=2, num_heads=3, head_dim=8, page_size=4, num_pages=2, cache_loc=(1, 6),
                 input_dtype="float32", cache_dtype=cache_dtype, seed=1, recipe="single")
     if layout == "separate":
-        from strategies.case import Layout
         return PTHCase(case, PTH_MODES[0], "separate", Layout.contiguous(3), Layout.contiguous(3))
     return PTHCase(case, PTH_MODES[0], "inline")
 
@@ -290,3 +289,64 @@ def test_edge_case_heads_as_documented(mode, which, impl, device):
             bits = scale[mode] if isinstance(scale, dict) else scale
             want = list(data) + [(bits >> (8 * j)) & 0xFF for j in range(4)]
             assert c[0, 0, h].tolist() == want, f"{mode}: head {values}: got {[hex(b) for b in c[0, 0, h].tolist()]}"
+
+
+# -- the other families, on per-token-head writes ----------------------------------------------------
+
+@given(data=st.data())
+def test_a_second_call_of_a_layout_is_bit_exact(data, impl, device):
+    """Repeat: the same layouts again with other values (a second seed): no state of the first call leaks."""
+    modes, layouts = _target(impl)
+    pc = data.draw(pth_cases(_base("small", impl), modes, layouts), label="pth_case")
+    other = data.draw(st.integers(0, 2**31 - 1).filter(lambda s: s != pc.case.seed), label="second_seed")
+    second = PTHCase(pc.case.replace(seed=other), pc.mode, pc.layout, pc.k_scale_layout, pc.v_scale_layout, pc.heads)
+    error = _run(impl, build_pth(pc, device))
+    expected, actual = build_pth(second, device), build_pth(second, device)
+    _reference(expected)
+    error = error or _run(impl, actual)
+    if error:
+        _fail(impl, f"raises on a second per-token-head call of one layout ({_describe(second)}):", error, second)
+    report = located_diff(expected, actual)
+    if report:
+        _fail(impl, f"a second call of one layout differs from the reference ({_describe(second)}):", report, second)
+
+
+@given(data=st.data())
+def test_uint8_and_fp8_caches_hold_the_same_bytes(data, impl, device):
+    """Equivalence: a uint8 cache gets the bytes a float8_e4m3fn cache gets, stored scales included."""
+    modes, layouts = _target(impl)
+    pc = data.draw(pth_cases(_base("small", impl, cache_dtypes=("float8_e4m3fn",)), modes, layouts), label="pth_case")
+    as_uint8 = PTHCase(pc.case.replace(cache_dtype="uint8"), pc.mode, pc.layout, pc.k_scale_layout,
+                       pc.v_scale_layout, pc.heads)
+    fp8, u8 = build_pth(pc, device), build_pth(as_uint8, device)
+    error = _run(impl, fp8) or _run(impl, u8)
+    if error:
+        _fail(impl, f"raises on a valid per-token-head call ({_describe(as_uint8)}):", error, as_uint8)
+    report = located_diff(fp8, u8)
+    if report:
+        _fail(impl, f"a uint8 cache differs from a float8_e4m3fn cache ({_describe(as_uint8)}):", report, as_uint8)
+
+
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+def test_every_input_pattern(dtype, impl, device):
+    """Exhaustive: all 65,536 bit patterns of the input dtype, 512 heads of 128 in order (K) and permuted (V),
+    so each pattern is quantized beside others of its own range (NaN and inf heads included)."""
+    from conformance.test_exhaustive import patterns
+    modes, layouts = _target(impl)
+    case = Case(num_tokens=64, num_heads=8, head_dim=128, page_size=16, num_pages=5,
+                cache_loc=tuple((5 * t + 3) % 80 for t in range(64)), input_dtype=dtype, seed=7, recipe="single")
+    for mode in modes:
+        scales = (Layout.contiguous(3), Layout.contiguous(3)) if "separate" in layouts else (None, None)
+        pc = PTHCase(case, mode, "separate" if "separate" in layouts else "inline", *scales)
+        expected, actual = build_pth(pc, device), build_pth(pc, device)
+        for b in (expected, actual):
+            for name, permuted in (("k", False), ("v", True)):
+                view = getattr(b.built, name)
+                view.copy_(patterns(getattr(torch, dtype), permuted).reshape(view.shape).to(device))
+        _reference(expected)
+        error = _run(impl, actual)
+        if error:
+            fail(impl, f"raises on all {dtype} patterns ({mode}):", error)
+        report = located_diff(expected, actual)
+        if report:
+            fail(impl, f"differs from the reference over all {dtype} patterns ({mode}, {pc.layout}):", report)
