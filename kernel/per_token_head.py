@@ -50,9 +50,9 @@ from kernel.plan import (
     _check_tensor,
     _fail,
     _judged,
-    _normalize_input,
     _self_overlapping,
     check_call,
+    check_inputs,
     not_traced,
 )
 from kernel.recipe import DEFAULT_PTH_RECIPE, DEFAULT_RECIPE, PTH_RECIPES, RECIPES, PerTokenHeadRecipe, Recipe
@@ -190,12 +190,7 @@ def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_
         why = (f"widened to head_dim + {SCALE_BYTES} = {want} (D fp8 bytes, then the fp32 scale) for the inline "
                f"layout" if inline else f"head_dim = {want} (the scales go to k_scale_cache/v_scale_cache)")
         raise _fail(ValueError, f"k_cache's last dim must be {why}, got {width}")
-    k3 = _normalize_input("k", k, heads, dim)
-    v3 = _normalize_input("v", v, heads, dim)
-    if v.dtype != k.dtype:
-        raise _fail(TypeError, f"v.dtype must equal k.dtype ({k.dtype}), got {v.dtype}")
-    if v3.shape[0] != k3.shape[0]:
-        raise _fail(ValueError, f"v has {v3.shape[0]} tokens but k has {k3.shape[0]}")
+    k3, v3 = check_inputs(k, v, heads, dim)
     num_slots = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
     if cache_loc.dtype not in LOC_DTYPES:
         raise _fail(TypeError, f"cache_loc.dtype must be int32 or int64, got {cache_loc.dtype}")

@@ -260,6 +260,17 @@ def check_call(k: object, v: object, k_cache: object, v_cache: object, cache_loc
     return k, v, k_cache, v_cache, cache_loc
 
 
+def check_inputs(k: torch.Tensor, v: torch.Tensor, heads: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V as [T, H, D] views (from [T, H, D] or [T, H*D]) of one dtype and one token count."""
+    k3 = _normalize_input("k", k, heads, dim)
+    v3 = _normalize_input("v", v, heads, dim)
+    if v.dtype != k.dtype:
+        raise _fail(TypeError, f"v.dtype must equal k.dtype ({k.dtype}), got {v.dtype}")
+    if v3.shape[0] != k3.shape[0]:
+        raise _fail(ValueError, f"v has {v3.shape[0]} tokens but k has {k3.shape[0]}")
+    return k3, v3
+
+
 @not_traced  # plain Python validation: nothing for a compiler to trace (and dynamo recurses on it)
 def make_plan(
     k: object,
@@ -286,12 +297,7 @@ def make_plan(
     heads, dim = k_cache.shape[-2], k_cache.shape[-1]
     num_slots = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
 
-    k3 = _normalize_input("k", k, heads, dim)
-    v3 = _normalize_input("v", v, heads, dim)
-    if v.dtype != k.dtype:
-        raise _fail(TypeError, f"v.dtype must equal k.dtype ({k.dtype}), got {v.dtype}")
-    if v3.shape[0] != k3.shape[0]:
-        raise _fail(ValueError, f"v has {v3.shape[0]} tokens but k has {k3.shape[0]}")
+    k3, v3 = check_inputs(k, v, heads, dim)
 
     if cache_loc.dtype not in LOC_DTYPES:
         raise _fail(TypeError, f"cache_loc.dtype must be int32 or int64, got {cache_loc.dtype}")
