@@ -182,9 +182,12 @@ def _rows() -> list[InputClass]:
                            "kv_cache_dtype='fp8_e5m2')",
                            tests=tuple(("test_e5m2", t, ()) for t in ("test_e5m2_is_bit_exact", "test_e5m2_edges",
                                                                      "test_e5m2_capture_and_replay"))))
-    rows.append(InputClass("per-token-head", "dynamic per-(token, head) scales, stored inline (head_dim + 4) or in "
-                           "scale caches (vLLM's fp8_per_token_head, vllm#38378)",
-                           tests=(("test_per_token_head", "*", ()),)))
+    for layout, where in (("inline", "inline after each head's bytes (head_dim + 4)"),
+                          ("separate", "in float32 scale caches [pages, page_size, H]")):
+        rows.append(InputClass(f"per-token-head-{layout}", f"dynamic per-(token, head) scales stored {where} "
+                               "(vLLM's fp8_per_token_head, vllm#38378)",
+                               tests=(("test_per_token_head", "test_per_token_head_is_bit_exact",
+                                       (("layout", layout),)),)))
     for kind in SCALE_KINDS:
         rows.append(InputClass(f"graph-{kind}", f"CUDA-graph capture and replay, scales {KIND_TITLES[kind]}",
                                tests=_graph_tests(kind), needs="cuda"))
