@@ -89,3 +89,9 @@ def test_a_per_token_head_failure_file_replays(tmp_path, monkeypatch):
         saved = save_failure(case, from_spec(spec), "recorded", final=True, extra={"pth_case": pc.to_dict()})
         path = saved.split("failure case saved: ", 1)[1].split("\n", 1)[0]
         assert main([path]) == status, spec
+
+
+def test_make_identify_names_the_examples_recipe(capsys):
+    from tools.identify import main
+    assert main(["examples/vllm_per_token_head.py:reshape_and_cache", "--expect", "per-token-head-vllm"]) == 0
+    assert "per-token-head-vllm: identified" in capsys.readouterr().out

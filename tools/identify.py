@@ -22,6 +22,7 @@ from conformance.diagnosis.identification import DTYPES, KINDS, Result, identify
 from conformance.impls import FUSED_SPEC, Implementation, from_spec, test_device
 from kernel import RECIPES
 from kernel.backend import describe
+from kernel.recipe import PTH_RECIPES
 from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, parser
 
 
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated (default bfloat16,float16)")
     p.add_argument("--kinds", type=comma_list(KINDS),
                    help=f"with --full: comma-separated scale kinds among {','.join(KINDS)}")
-    p.add_argument("--expect", choices=RECIPE_NAMES, help="exit 0 only if this recipe matches")
+    p.add_argument("--expect", choices=[*RECIPE_NAMES, *sorted(PTH_RECIPES)],
+                   help="exit 0 only if this recipe matches")
     p.add_argument("--examples", type=int, default=8, help="deviating values to show (default 8)")
     p.add_argument("--device", choices=("cpu", "cuda"))
     args = p.parse_args(argv)
@@ -122,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.impl_recipe:
         impl = dataclasses.replace(impl, recipe=args.impl_recipe)
+    if not impl.convention.static:  # a dynamic per-(token, head) write: its own recipes, its own probe
+        from conformance.diagnosis.pth_identification import identify_per_token_head
+        held, note = identify_per_token_head(impl, device)
+        print(f"identify {impl.spec or impl.name}  ({impl.convention.name} convention) on {device}\n{held}: {note}")
+        return 0 if note.startswith("identified") and (args.expect in (None, held)) else 1
     res = identify(impl, sweep_points(dtypes, full, kinds, impl.convention), device)
     report(res, impl, device, args.examples)
     matched = res.matches()
