@@ -182,6 +182,10 @@ def _rows() -> list[InputClass]:
                            "kv_cache_dtype='fp8_e5m2')",
                            tests=tuple(("test_e5m2", t, ()) for t in ("test_e5m2_is_bit_exact", "test_e5m2_edges",
                                                                      "test_e5m2_capture_and_replay"))))
+    # Likewise for e4m3fnuz (ROCm MI300's e4m3): decided by test_fnuz's bit-exact properties.
+    rows.append(InputClass("fnuz-caches", "e4m3fnuz caches: float8_e4m3fnuz, or uint8 with "
+                           "cache_dtype='fp8_e4m3fnuz' (vLLM on ROCm MI300)",
+                           tests=tuple(("test_fnuz", t, ()) for t in ("test_fnuz_is_bit_exact", "test_fnuz_edges"))))
     rows.append(InputClass("per-token-head", "dynamic per-(token, head) scales, stored inline (head_dim + 4) or in "
                            "scale caches (vLLM's fp8_per_token_head, vllm#38378)",
                            tests=(("test_per_token_head", "*", ()),)))
