@@ -12,8 +12,8 @@ The e5m2 family's machinery and rules, reused (conformance/test_e5m2.py): only i
 the format (a `cache_dtype` parameter, kvfp8 convention) are held to it, others skip with the reason.
 Properties: drawn fnuz Cases bit-exact and inputs unmodified; fixed edges give the stated bytes; every
 bf16/fp16 pattern; float8_e4m3fnuz and uint8 caches spelled either way are equivalent; uint8 with no
-cache_dtype is still e4m3; a contradicting dtype is refused. The reference is held to torch's own fnuz
-cast in conformance/test_fidelity.py.
+cache_dtype is still e4m3; a contradicting dtype is refused; e4m3, fnuz and e5m2 calls alternate on one
+layout. The reference is held to torch's own fnuz cast in conformance/test_fidelity.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
-from conformance.harness import execute, fail, run_impl, run_reference
+from conformance.harness import check_case, execute, fail, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.test_e5m2 import _inputs_unmodified, _takes_cache_dtype
 from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
@@ -199,3 +199,16 @@ def test_fnuz_contradicting_cache_dtype_is_refused(caches, cache_dtype, named, i
         target.run(built)
     for name in ("k_cache", "v_cache"):
         assert torch.equal(built.buffers[name], before[name]), f"{name} was written before the error"
+
+
+@given(data=st.data())
+def test_fnuz_formats_alternate_on_one_layout(data, impl, device):
+    """Repeat: one uint8 layout written as e4m3, e4m3fnuz, e5m2, then e4m3fnuz again (other data each time):
+    each call bit-exact, so nothing of one format's call (a remembered launch, say) leaks into the next."""
+    held(impl)  # skips unless impl declares fnuz caches; each call below is told its own format
+    case = data.draw(impl.cases(cache_dtypes=("uint8",), allow_out_of_range=True), label="case")
+    seeds = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=4, max_size=4), label="seeds")
+    for seed, fmt in zip(seeds, ("fp8_e4m3", FNUZ, "fp8_e5m2", FNUZ)):
+        c = case.replace(seed=seed, cache_format=fmt)
+        told = impl if fmt == "fp8_e4m3" else dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": fmt})
+        check_case(c, told, device)
