@@ -13,7 +13,8 @@ the format (a `cache_dtype` parameter, kvfp8 convention) are held to it, others 
 Properties: drawn fnuz Cases bit-exact and inputs unmodified; fixed edges give the stated bytes; every
 bf16/fp16 pattern; float8_e4m3fnuz and uint8 caches spelled either way are equivalent; uint8 with no
 cache_dtype is still e4m3; a contradicting dtype is refused; e4m3, fnuz and e5m2 calls alternate on one
-layout. The reference is held to torch's own fnuz cast in conformance/test_fidelity.py.
+layout; per-head scales; the custom op and torch.compile. The reference is held to torch's own fnuz cast in
+conformance/test_fidelity.py. Not here: CUDA graph replay (test_e5m2's graph property has no fnuz twin yet).
 """
 
 from __future__ import annotations
@@ -22,17 +23,31 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
 from conformance.harness import check_case, execute, fail, run_impl, run_reference
 from conformance.impls import Implementation
+from conformance.test_compile import (
+    ALL_OPCHECKS,
+    BACKEND,
+    FP8_OPCHECKS,
+    OP,
+    SMALL,
+    assert_op_traced,
+    compile_settings,
+    fused_encoder,
+    op_args,
+)
 from conformance.test_e5m2 import _inputs_unmodified, _takes_cache_dtype
 from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
+from conformance.test_per_head import _per_head, _skip_unless_per_head
+from kernel.custom_op import fused_fp8_set_kv_buffer_op
 from kernel.recipe import RECIPES
 from strategies.build import build
 from strategies.case import Case, Override, Scale
+from strategies.scales import per_head_values
 
 FNUZ = "fp8_e4m3fnuz"
 FNUZ_FORMAT = (FNUZ,)
@@ -212,3 +227,49 @@ def test_fnuz_formats_alternate_on_one_layout(data, impl, device):
         c = case.replace(seed=seed, cache_format=fmt)
         told = impl if fmt == "fp8_e4m3" else dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": fmt})
         check_case(c, told, device)
+
+
+@given(data=st.data())
+def test_fnuz_per_head_scales(data, impl, device, recipe):
+    """Per-head scales ([H] float32, strided or not) on e4m3fnuz caches: bit-exact (test_per_head's property)."""
+    _skip_unless_per_head(impl)
+    target = held(impl)
+    case = data.draw(impl.cases(cache_formats=FNUZ_FORMAT, cache_dtypes=("float8_e4m3fnuz", "uint8"),
+                                recipes=(recipe,), allow_out_of_range=True, min_heads=2), label="case")
+    values = data.draw(per_head_values(case.num_heads), label="k_scale_per_head")
+    step = data.draw(st.sampled_from((1, 2)), label="scale_step")
+    expected = _per_head(build(case, device), "k_scale", values, step)
+    run_reference(case, device, expected)
+    actual, error = run_impl(case, target, device, _per_head(build(case, device), "k_scale", values, step))
+    if error:
+        fail(target, f"raises on a valid e4m3fnuz call with per-head k_scale {list(values)}:", error)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference on an e4m3fnuz cache with per-head k_scale {list(values)} "
+                     f"(recipe {case.recipe}):", report)
+
+
+@compile_settings
+@given(data=st.data())
+def test_fnuz_custom_op_and_compile(data, impl, device, recipes):
+    """The custom op with cache_dtype passes opcheck (float8_e4m3fnuz caches: all but test_schema, as for
+    e5m2; uint8: all), and a torch.compile(fullgraph=True) caller writes the reference's bytes. This
+    repository's kernel only, as conformance/test_compile.py."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    encoder = fused_encoder(impl)
+    case = data.draw(held(impl).cases(recipes=recipes, cache_formats=FNUZ_FORMAT, **SMALL), label="case")
+    assume(case.num_tokens > 0)  # as test_compile.test_opcheck: opcheck's clone of 0-token tensors
+    tests = ALL_OPCHECKS if case.cache_dtype == "uint8" else FP8_OPCHECKS
+    torch.library.opcheck(OP, (*op_args(build(case, device), encoder), case.cache_format), test_utils=tests)
+    counter = CompileCounterWithBackend(BACKEND)
+
+    def step(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, *, recipe, checked,
+             cache_dtype):
+        fused_fp8_set_kv_buffer_op(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                                   checked=checked, encoder=encoder, cache_dtype=cache_dtype)
+
+    torch._dynamo.reset()
+    fn = torch.compile(step, backend=counter, fullgraph=True, dynamic=data.draw(st.booleans(), label="dynamic"))
+    check_case(case, Implementation(f"compiled-{BACKEND}-{encoder}", fn, {"cache_dtype": FNUZ}), device)
+    assert_op_traced(counter)
