@@ -56,8 +56,9 @@ def locate(case: Case, which: str, flat: int) -> Position:
 
 
 def decode_e4m3(byte: int, cache_format: str = "fp8_e4m3") -> float:
-    """The value of an e4m3fn byte (of an e5m2 byte, for an e5m2 Case's cache_format)."""
-    dtype = torch.float8_e5m2 if cache_format == "fp8_e5m2" else torch.float8_e4m3fn
+    """The value of an e4m3fn byte (of an e5m2 or e4m3fnuz byte, for such a Case's cache_format)."""
+    dtype = {"fp8_e5m2": torch.float8_e5m2, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}.get(cache_format,
+                                                                                       torch.float8_e4m3fn)
     return torch.tensor([byte], dtype=torch.uint8).view(dtype).float().item()
 
 

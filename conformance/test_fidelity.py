@@ -20,7 +20,7 @@ from conformance.bytediff import diff_buffers
 from conformance.harness import run_reference
 from kernel.plan import ScaleArg
 from kernel.recipe import RECIPES, Recipe
-from kernel.reference import E5M2, INPUT_FORMATS, encode_fp8, quantize, round_to_input_dtype
+from kernel.reference import E4M3FNUZ, E5M2, INPUT_FORMATS, encode_fp8, quantize, round_to_input_dtype
 from strategies import Case, cases
 from strategies.build import build
 
@@ -359,3 +359,45 @@ def test_cuda_triton_e5m2_recipes_equal_tiny_kernels(dtype: str, recipe: str):
                                                       BLOCK=1024)
         ours = quantize(x, ScaleArg("float", fp32(scale), None), RECIPES[recipe], "fp8_e5m2").cpu()
         _match(x.float().cpu(), ours, _bytes(out), f"{dtype} Triton {recipe} e5m2 kernel at {scale}")
+
+
+# ---- e4m3fnuz caches: the reference against torch's own fnuz cast (CPU) ------------------------
+
+def _fnuz(y: torch.Tensor) -> torch.Tensor:
+    return y.to(torch.float8_e4m3fnuz).view(torch.uint8)
+
+
+def _match_exactly(y: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
+    """Bytes equal with no exception: fnuz has one NaN (0x80), and torch's cast writes it for every NaN."""
+    bad = (ours != theirs).nonzero().flatten()
+    first = ", ".join(f"{y[i].item()!r}: reference 0x{int(ours[i]):02X}, torch 0x{int(theirs[i]):02X}"
+                      for i in bad[:6].tolist())
+    assert bad.numel() == 0, (f"{what}: {bad.numel()} of {y.numel()} values differ from torch "
+                              f"{torch.__version__}'s e4m3fnuz cast; first: {first}")
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_fnuz_rounding_equals_torch_cast(dtype: str, scale: float):
+    """encode_fp8 onto e4m3fnuz == torch's .to(float8_e4m3fnuz) of fp32 values, byte for byte: every
+    pattern, its quotient by the scale, and each pattern's midpoint with its upper neighbour (ties at
+    every binade, 248 among them; -0 and negative underflow to 0x00; every NaN 0x80). The non-saturating
+    rule is torch's cast (NaN from 248 up: docs/facts.md, fact 6); the saturating rule is torch's cast
+    after a clamp to ±240 (hip's __HIP_SATFINITE)."""
+    x = all_patterns(DTYPES[dtype]).float()
+    values = {"x": x, f"x / {scale}": x / fp32(scale),
+              "between neighbours": ((x[:-1].double() + x[1:].double()) / 2).float()}  # exact in fp32
+    for what, y in values.items():
+        _match_exactly(y, encode_fp8(y, NON_SATURATING, E4M3FNUZ), _fnuz(y), f"{dtype} {what}: non-saturating")
+        _match_exactly(y, encode_fp8(y, SATURATING, E4M3FNUZ), _fnuz(y.clamp(-240.0, 240.0)),
+                       f"{dtype} {what}: saturating")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_unfused_fnuz_write_equals_div_cast(dtype: str):
+    """The reference with the CPU's unfused arithmetic (CPU_UNFUSED_E5M2's steps: a true division stored
+    in k's dtype, then a non-saturating cast) onto e4m3fnuz == x.div_(s).to(float8_e4m3fnuz) on the CPU."""
+    x = all_patterns(DTYPES[dtype])
+    for scale in SCALES:
+        ours = quantize(x, ScaleArg("float", fp32(scale), None), CPU_UNFUSED_E5M2, "fp8_e4m3fnuz")
+        _match_exactly(x.float(), ours, _fnuz(x.clone().div_(scale)), f"{dtype} CPU div_({scale}) + fnuz cast")

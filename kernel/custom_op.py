@@ -8,7 +8,7 @@ opaque op that mutates its two caches. Schema (a scale travels in one of two slo
         Tensor? k_scale, Tensor? v_scale,              # a 0-d / 1-element fp32 device tensor, or None
         float? k_scale_value, float? v_scale_value,    # a Python float scale, or None
         SymInt page_size, str recipe, bool checked, str? encoder, bool use_triton,
-        str? cache_dtype=None) -> ()                   # "fp8_e4m3" / "fp8_e5m2", or None
+        str? cache_dtype=None) -> ()                   # "fp8_e4m3" / "fp8_e5m2" / "fp8_e4m3fnuz", or None
 
 At most one of `k_scale` / `k_scale_value` is given (both None means 1.0). `fused_fp8_set_kv_buffer_op`
 below has the same Python signature as `kernel.fused_fp8_set_kv_buffer` and splits the scale into
@@ -95,11 +95,11 @@ def _cache_dtype_name(cache_dtype: object) -> str | None:
     if isinstance(cache_dtype, torch.dtype):
         if cache_dtype not in FP8_DTYPES:
             raise ValueError(f"fused_fp8_set_kv_buffer: cache_dtype must be torch.float8_e4m3fn or "
-                             f"torch.float8_e5m2, got {cache_dtype}")
+                             f"torch.float8_e5m2 or torch.float8_e4m3fnuz, got {cache_dtype}")
         return FP8_DTYPES[cache_dtype]
     if cache_dtype is not None and not isinstance(cache_dtype, str):
         raise TypeError(f"fused_fp8_set_kv_buffer: cache_dtype must be None, a float8 torch.dtype or "
-                        f"'fp8_e4m3'/'fp8_e5m2', got {type(cache_dtype).__name__}")
+                        f"'fp8_e4m3'/'fp8_e5m2'/'fp8_e4m3fnuz', got {type(cache_dtype).__name__}")
     return cache_dtype
 
 

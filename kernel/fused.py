@@ -130,6 +130,8 @@ def kernel_args(plan: Plan, software: bool,
     """(grid, positional arguments, constexprs, num_warps) of the kernel launch for a validated plan."""
     r = plan.recipe
     g = geometry(plan)
+    fnuz = plan.cache_format == "fp8_e4m3fnuz"
+    software = software or fnuz  # e4m3fnuz has only the software encoder (docs/e5m2.md, fnuz)
     block_t, block_h, block_d, warps = (tile_for(g.dim, *tile) if tile
                                         else choose_tile(plan.num_tokens, g.heads, g.dim, software))
     grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(g.heads, block_h), triton.cdiv(g.dim, block_d))
@@ -147,7 +149,7 @@ def kernel_args(plan: Plan, software: bool,
         INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
         SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, g),
         K_PER_HEAD=plan.k_scale.kind == "per-head", V_PER_HEAD=plan.v_scale.kind == "per-head",
-        E5M2=plan.cache_format == "fp8_e5m2",
+        E5M2=plan.cache_format == "fp8_e5m2", FNUZ=fnuz,
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
     )
     return grid, args, constexprs, warps
@@ -206,7 +208,8 @@ def fused_fp8_set_kv_buffer(
     """Quantize K and V to fp8 and write token t to cache slot cache_loc[t], in one launch.
 
     The format is e4m3, or e5m2 for float8_e5m2 caches; uint8 caches hold e4m3 unless cache_dtype says
-    otherwise (torch.float8_e5m2 or "fp8_e5m2"; it must agree with a float8 cache's dtype).
+    otherwise (torch.float8_e5m2 or "fp8_e5m2"; it must agree with a float8 cache's dtype). float8_e4m3fnuz
+    caches (or cache_dtype torch.float8_e4m3fnuz / "fp8_e4m3fnuz") are e4m3fnuz, through the software encoder.
 
     A scale is None (1.0), a float, a float32 tensor of one element, or a [H] float32 tensor of one
     scale per head (head h's values divided by scale[h], as vLLM's per-head scales are).

@@ -74,7 +74,7 @@ def _write_one(x_ptr, x_row, x_sh, x_sd, c_ptr, c_row, c_sh, c_sd, s_ptr, s_row,
     else:
         y = tl.math.div_rn(x32, s[:, None] + tl.zeros_like(x32))
     if SOFTWARE:
-        byte = _e4m3_sw(y, True, False, False)  # e4m3 only (no E5M2)
+        byte = _e4m3_sw(y, True, False, False, False)  # e4m3 only (no E5M2, no FNUZ)
     else:
         byte = _e4m3_hw(y, True, False)
     tl.store(c_ptr + (c_row + h64 * c_sh)[:, None] + d64[None, :] * c_sd, byte, mask=inside & writes[:, None])

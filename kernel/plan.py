@@ -22,11 +22,13 @@ from kernel.overlap import Layout, data_address, shares_memory
 from kernel.recipe import Recipe, get_recipe
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.uint8)
+CACHE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.uint8)
 #: The cache's number format, by vLLM's kv_cache_dtype names: what a float8 cache's dtype says, or for a
-#: uint8 cache what `cache_dtype=` says (e4m3 when it says nothing). docs/e5m2.md.
-CacheFormat = Literal["fp8_e4m3", "fp8_e5m2"]
-FP8_DTYPES: dict[torch.dtype, CacheFormat] = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
+#: uint8 cache what `cache_dtype=` says (e4m3 when it says nothing). docs/e5m2.md; fnuz (ROCm MI300's
+#: e4m3, vLLM's float8_e4m3fnuz caches): docs/e5m2.md's fnuz section.
+CacheFormat = Literal["fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz"]
+FP8_DTYPES: dict[torch.dtype, CacheFormat] = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2",
+                                              torch.float8_e4m3fnuz: "fp8_e4m3fnuz"}
 CacheDtypeArg = torch.dtype | str | None
 LOC_DTYPES = (torch.int32, torch.int64)
 
@@ -126,7 +128,8 @@ def _normalize_input(name: str, x: torch.Tensor, heads: int, dim: int) -> torch.
 
 def _check_cache(name: str, cache: torch.Tensor, page_size: int) -> None:
     if cache.dtype not in CACHE_DTYPES:
-        raise _fail(TypeError, f"{name}.dtype must be float8_e4m3fn, float8_e5m2 or uint8, got {cache.dtype}")
+        raise _fail(TypeError, f"{name}.dtype must be float8_e4m3fn, float8_e5m2, float8_e4m3fnuz or uint8, "
+                    f"got {cache.dtype}")
     if cache.dim() not in (3, 4):
         raise _fail(ValueError, f"{name} must be 3-D [S, H, D] or 4-D [P, page_size, H, D], "
                     f"got {cache.dim()}-D")
@@ -209,20 +212,23 @@ def _normalize_scale(name: str, scale: object, device: torch.device, heads: int)
 
 def _cache_format(cache_dtype: object, k_cache: torch.Tensor, v_cache: torch.Tensor) -> CacheFormat:
     """The caches' number format: each float8 cache's dtype, and `cache_dtype` (a float8 dtype, or vLLM's
-    "fp8_e4m3" / "fp8_e5m2"), must agree; two uint8 caches and no cache_dtype mean e4m3, as before."""
+    "fp8_e4m3" / "fp8_e5m2" / "fp8_e4m3fnuz"), must agree; two uint8 caches and no cache_dtype mean e4m3, as before."""
     said: CacheFormat | None = None
     if cache_dtype is not None:
         if isinstance(cache_dtype, torch.dtype):
             if cache_dtype not in FP8_DTYPES:
-                raise _fail(ValueError, f"cache_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, "
+                raise _fail(ValueError, f"cache_dtype must be torch.float8_e4m3fn, torch.float8_e5m2 or "
+                            f"torch.float8_e4m3fnuz, "
                             f"got {cache_dtype}")
             said = FP8_DTYPES[cache_dtype]
         elif isinstance(cache_dtype, str):
             if cache_dtype not in FP8_DTYPES.values():
-                raise _fail(ValueError, f"cache_dtype must be 'fp8_e4m3' or 'fp8_e5m2', got {cache_dtype!r}")
+                raise _fail(ValueError, f"cache_dtype must be 'fp8_e4m3', 'fp8_e5m2' or 'fp8_e4m3fnuz', "
+                            f"got {cache_dtype!r}")
             said = cache_dtype  # type: ignore[assignment]
         else:
-            raise _fail(TypeError, f"cache_dtype must be None, a float8 torch.dtype or 'fp8_e4m3'/'fp8_e5m2', "
+            raise _fail(TypeError, f"cache_dtype must be None, a float8 torch.dtype or "
+                        f"'fp8_e4m3'/'fp8_e5m2'/'fp8_e4m3fnuz', "
                         f"got {type(cache_dtype).__name__}")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         own = FP8_DTYPES.get(cache.dtype)

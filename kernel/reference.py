@@ -34,14 +34,19 @@ class Format:
 
 BF16 = Format("bfloat16", 7, -126, (2 - 2**-7) * 2.0**127)
 FP16 = Format("float16", 10, -14, 65504.0)
+FNUZ_NAN_BYTE = 0x80  # e4m3fnuz's only NaN: the byte that would be -0
 # e4m3fn has no infinity: past the range the non-saturating rule writes NaN (0x7F/0xFF).
 E4M3 = Format("float8_e4m3fn", 3, -6, 448.0, NAN_BYTE)
 # e5m2 is IEEE-like: past the range (|q| >= 61440, the tie with 65536 going to the even 65536) is
 # inf, 0x7C/0xFC, which is what torch's .to(float8_e5m2) writes (docs/facts.md, fact 5).
 E5M2 = Format("float8_e5m2", 2, -14, 57344.0, 0x7C)
+# e4m3fnuz (ROCm MI300's e4m3, bias 8): no infinity, no -0, one NaN, 0x80. Largest finite 240 (0x7F),
+# smallest normal 2**-7, subnormals M * 2**-10. Past the range (|q| >= 248, the tie with 256 going to
+# the even 256) the non-saturating rule writes that NaN, as torch's .to(float8_e4m3fnuz) does (fact 6).
+E4M3FNUZ = Format("float8_e4m3fnuz", 3, -7, 240.0, FNUZ_NAN_BYTE)
 INPUT_FORMATS = {torch.bfloat16: BF16, torch.float16: FP16, torch.float32: None}  # None: already fp32
 #: The cache's number format by kernel.plan's name for it.
-CACHE_FORMATS = {"fp8_e4m3": E4M3, "fp8_e5m2": E5M2}
+CACHE_FORMATS = {"fp8_e4m3": E4M3, "fp8_e5m2": E5M2, "fp8_e4m3fnuz": E4M3FNUZ}
 
 
 def _pow2(exponent: torch.Tensor) -> torch.Tensor:
@@ -116,7 +121,7 @@ def _magnitudes(device: torch.device, fmt: Format = E4M3) -> torch.Tensor:
 
 
 def encode_fp8(y: torch.Tensor, recipe: Recipe, fmt: Format = E4M3) -> torch.Tensor:
-    """fp32 values -> fp8 bytes of fmt (E4M3 or E5M2): RNE onto fmt's grid, then the recipe's overflow rule.
+    """fp32 values -> fp8 bytes of fmt (E4M3, E5M2 or E4M3FNUZ): RNE onto fmt's grid, then the recipe's overflow rule.
 
     The byte of a magnitude on the grid is the one that decodes to it: its position in the table of
     fmt's magnitudes, which are ascending in their bytes.
@@ -130,8 +135,13 @@ def encode_fp8(y: torch.Tensor, recipe: Recipe, fmt: Format = E4M3) -> torch.Ten
     byte = torch.searchsorted(_magnitudes(q.device, fmt), mag)  # mag is exactly a table entry
     if recipe.overflow == "nan":  # the non-saturating cast: e4m3 NaN (c10's fp8e4m3fn_from_fp32_value), e5m2 inf
         byte = byte.masked_fill(overflow, fmt.overflow_byte)
-    byte = byte | torch.signbit(q) * 0x80  # the sign bit
-    byte = byte.masked_fill(nan, NAN_BYTE)  # every recipe drops a NaN's sign, in both formats
+    if fmt.overflow_byte == FNUZ_NAN_BYTE:
+        # fnuz has no -0 (0x80 is its NaN): zero's sign is dropped, -0 and values rounding to -0 give 0x00.
+        byte = byte | (torch.signbit(q) & (mag != 0)) * 0x80  # the sign bit, but not for zero
+        byte = byte.masked_fill(nan, FNUZ_NAN_BYTE)  # every NaN is fnuz's one NaN
+    else:
+        byte = byte | torch.signbit(q) * 0x80  # the sign bit
+        byte = byte.masked_fill(nan, NAN_BYTE)  # every recipe drops a NaN's sign, in both formats
     return byte.to(torch.uint8)
 
 

@@ -12,7 +12,8 @@ A scale is a float argument, one tensor element, or (K_PER_HEAD / V_PER_HEAD) on
 the wrapper then keeps H and D apart, so that the tile's head index is the head.
 
 The E5M2 constexpr picks the cache's format (e4m3 otherwise; kernel.plan, docs/e5m2.md): the same
-encoders with e5m2's constants. Two interchangeable encoders, chosen by the SOFTWARE constexpr:
+encoders with e5m2's constants. FNUZ (e4m3fnuz, ROCm MI300's e4m3) takes the software encoder only.
+Two interchangeable encoders, chosen by the SOFTWARE constexpr:
 - hardware: Triton's cast, `cvt.rn.satfinite.e4m3` on sm_89+ (RNE, ±448 saturation, NaN -> 0x7F),
   with an explicit fix-up for the recipes whose overflow is NaN;
 - software: exact integer bit operations and fp32 adds. Triton's interpreter rounds float
@@ -62,7 +63,7 @@ def _round_input(y, IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.constexpr):
+def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.constexpr, FNUZ: tl.constexpr):
     """fp32 -> e4m3fn byte (E5M2: e5m2 byte) with integer operations and one fp32 add, which does the rounding.
 
     Adding c = 2**(E+20) to |y| (E: |y|'s binade, at least e4m3's -6) leaves |y| rounded to
@@ -74,6 +75,9 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.const
     integer operations issue at half the rate of fp32 adds (docs/results/kernel-design-2026-12-02.md).
     E5M2: the same with e5m2's 2 mantissa bits and binades from -14: c = 2**(E+21), the quantum
     2**(E-2), |y| / quantum 4..8 for normals, and the byte (E + 14) * 4 plus that.
+    FNUZ: e4m3fnuz, e4m3's arithmetic with binades from -7 (bias 8): the byte (E + 7) * 8 plus |y| / quantum;
+    the clamp at 240 (saturate) or 248 (the tie with 256: the carry lands on 0x80, fnuz's NaN); every
+    NaN is 0x80 and a zero byte keeps no sign (fnuz has no -0: 0x80 would read as NaN).
     """
     b = y.to(tl.uint32, bitcast=True)
     a = b & 0x7FFFFFFF
@@ -85,6 +89,8 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.const
         # 57344 (saturate), or 61440, the tie between 57344 and 65536, which goes to the even 65536:
         # the carry lands on 0x7C, e5m2's inf. Both are bf16 (and fp16) values too.
         a = tl.minimum(a, 0x47600000 if SATURATE else 0x47700000)
+    elif FNUZ:
+        a = tl.minimum(a, 0x43700000 if SATURATE else 0x43780000)  # 240, or 248 (bf16 and fp16 values)
     else:
         a = tl.minimum(a, 0x43E00000 if SATURATE else 0x43F00000)
     exponent = a & 0x7F800000  # 2**E as bits
@@ -100,15 +106,23 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.const
     if E5M2:
         binade = tl.maximum(exponent, 0x38800000)  # 2**E as bits, E >= -14
         c = binade + (21 << 23)
+    elif FNUZ:
+        binade = tl.maximum(exponent, 0x3C000000)  # 2**E as bits, E >= -7
+        c = binade + (20 << 23)
     else:
         binade = tl.maximum(exponent, 0x3C800000)  # 2**E as bits, E >= -6
         c = binade + (20 << 23)
     total = (mag_f + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
     if E5M2:
         mag = total - c + (binade >> 21) - 452  # (E + 127) * 4 - 452 = (E + 14) * 4
+    elif FNUZ:
+        mag = total - c + (binade >> 20) - 960  # (E + 127) * 8 - 960 = (E + 7) * 8
     else:
         mag = total - c + (binade >> 20) - 968  # (E + 127) * 8 - 968 = (E + 6) * 8
-    return tl.where(is_nan, 0x7F, mag | ((b >> 24) & 0x80)).to(tl.uint8)
+    if FNUZ:  # a constexpr branch: e4m3's and e5m2's code is the line below, unchanged
+        return tl.where(is_nan, 0x80, tl.where(mag == 0, 0, mag | ((b >> 24) & 0x80))).to(tl.uint8)
+    else:
+        return tl.where(is_nan, 0x7F, mag | ((b >> 24) & 0x80)).to(tl.uint8)
 
 
 @triton.jit
@@ -213,8 +227,10 @@ def _divide(x32, s, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr):
 @triton.jit
 def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SATURATE: tl.constexpr,
               IN_DTYPE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, PER_HEAD: tl.constexpr,
-              E5M2: tl.constexpr):
-    """Input values -> fp8 bytes (e4m3, or e5m2) under the recipe's switches (see kernel/recipe.py)."""
+              E5M2: tl.constexpr, FNUZ: tl.constexpr):
+    """Input values -> fp8 bytes (e4m3, or e5m2, or e4m3fnuz) under the recipe's switches (see kernel/recipe.py).
+    FNUZ takes the software encoder whatever SOFTWARE says (the wrapper also sets SOFTWARE): no GPU this
+    kernel targets has an e4m3fnuz cast that Triton lowers the same everywhere (NVIDIA has none)."""
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
         # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (0x8001 -> -0).
         x32 = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
@@ -225,12 +241,12 @@ def _quantize(x, s, MUL_RECIPROCAL: tl.constexpr, INTERMEDIATE: tl.constexpr, SA
     else:
         y = _divide(x32, s, EXACT_FMA, PER_HEAD)
     if SOFTWARE and IN_DTYPE == tl.bfloat16:
-        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE, E5M2)  # the encoder rounds to bf16 itself, with fp32 adds
+        byte = _e4m3_sw(y, SATURATE, INTERMEDIATE, E5M2, FNUZ)  # the encoder rounds to bf16 itself, with fp32 adds
     else:
         if INTERMEDIATE:
             y = _round_input(y, IN_DTYPE, SOFTWARE)
-        if SOFTWARE:
-            byte = _e4m3_sw(y, SATURATE, False, E5M2)
+        if SOFTWARE or FNUZ:
+            byte = _e4m3_sw(y, SATURATE, False, E5M2, FNUZ)
         else:
             byte = _e4m3_hw(y, SATURATE, E5M2)
     return byte
@@ -260,7 +276,7 @@ def fp8_kv_write(
     kc_sp, kc_so, kc_sh, kc_sd, vc_sp, vc_so, vc_sh, vc_sd,
     MUL_RECIPROCAL: tl.constexpr, SCALE_IN_INPUT: tl.constexpr, INTERMEDIATE: tl.constexpr,
     SATURATE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, VEC: tl.constexpr,
-    K_PER_HEAD: tl.constexpr, V_PER_HEAD: tl.constexpr, E5M2: tl.constexpr,
+    K_PER_HEAD: tl.constexpr, V_PER_HEAD: tl.constexpr, E5M2: tl.constexpr, FNUZ: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -294,9 +310,9 @@ def fp8_kv_write(
     xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
     xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
     bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
-                   K_PER_HEAD, E5M2)
+                   K_PER_HEAD, E5M2, FNUZ)
     tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
     bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
-                   V_PER_HEAD, E5M2)
+                   V_PER_HEAD, E5M2, FNUZ)
     tl.store(_pointers(vc_ptr, v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
 

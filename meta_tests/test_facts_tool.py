@@ -71,3 +71,12 @@ def test_e5m2_rows_match_torch_here(capsys):
         byte = facts.bits(facts.fp32_value(v).to(torch.float8_e5m2))[0]
         assert f"1-D x1024: 0x{byte:02X}" in rows[f"e5m2/{v}"], (v, rows[f"e5m2/{v}"])
     assert {f"e5m2/{d}/all" for d in facts.DTYPES} <= set(rows), rows
+
+
+def test_fnuz_rows_match_torch_here(capsys):
+    rows = run(capsys, "--only", "fnuz", "--device", "cpu")
+    assert [k for k in rows if "/all" not in k] == [f"fnuz/{v}" for v in facts.FNUZ_CAST_VALUES]
+    for v in facts.FNUZ_CAST_VALUES:
+        byte = facts.bits(facts.fp32_value(v).to(torch.float8_e4m3fnuz))[0]
+        assert f"1-D x1024: 0x{byte:02X}" in rows[f"fnuz/{v}"], (v, rows[f"fnuz/{v}"])
+    assert {f"fnuz/{d}/all" for d in facts.DTYPES} <= set(rows), rows

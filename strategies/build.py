@@ -28,6 +28,7 @@ PATTERN_LEN = 4093  # prime, so the pattern never lines up with a power-of-two s
 DTYPES = {
     "bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
     "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "uint8": torch.uint8,
+    "float8_e4m3fnuz": torch.float8_e4m3fnuz,
     "int32": torch.int32, "int64": torch.int64,
 }
 BITS_DTYPES = {"bfloat16": torch.int16, "float16": torch.int16, "float32": torch.int32}

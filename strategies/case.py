@@ -16,8 +16,8 @@ INPUT_DTYPES = ("bfloat16", "float16", "float32")
 CACHE_DTYPES = ("float8_e4m3fn", "uint8")
 #: The cache's number format (vLLM's kv_cache_dtype names) and its float8 dtype; a uint8 cache holds
 #: either (kernel.plan). Drawn only where a property asks (strategies.cases(cache_formats=...)).
-CACHE_FORMATS = ("fp8_e4m3", "fp8_e5m2")
-FP8_CACHE_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+CACHE_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz")
+FP8_CACHE_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "fp8_e4m3fnuz": "float8_e4m3fnuz"}
 LOC_DTYPES = ("int32", "int64")
 SCALE_KINDS = ("none", "float", "tensor0d", "tensor1")
 

@@ -57,7 +57,7 @@ def cases(
     max_overrides: at most this many special values (0: seeded contents only).
     checked: fix Case.checked (default: drawn, True about one time in four when allowed).
     min_heads: at least this many heads (per-head scales need two); H shrinks toward it.
-    cache_formats: the caches' formats to draw ("fp8_e4m3", "fp8_e5m2"; default e4m3 alone, which draws
+    cache_formats: the caches' formats to draw ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz"; default e4m3 alone, which draws
     exactly what was drawn before e5m2 existed). An e5m2 Case's special values aim at e5m2's edges.
     """
     from kernel import RECIPES  # imported here so that importing the strategies stays light

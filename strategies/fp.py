@@ -85,6 +85,17 @@ def e5m2_value(byte: int) -> float:
     return sign * (1 + man / 4) * 2.0 ** (exp - 15)
 
 
+def fnuz_value(byte: int) -> float:
+    """The value of an e4m3fnuz byte (0x80 is its one NaN; no -0, no infinity; bias 8)."""
+    if byte == 0x80:
+        return math.nan
+    sign = -1.0 if byte & 0x80 else 1.0
+    exp, man = (byte >> 3) & 0xF, byte & 7
+    if exp == 0:
+        return sign * man * 2.0**-10
+    return sign * (1 + man / 8) * 2.0 ** (exp - 8)
+
+
 def e4m3_value(byte: int) -> float:
     """The value of an e4m3fn byte (0x7F/0xFF are NaN)."""
     sign = -1.0 if byte & 0x80 else 1.0

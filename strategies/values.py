@@ -10,7 +10,9 @@ with the recipe's own fp32 arithmetic; a target that no input value reaches exac
 with a trailing "~" (the nearest input is used).
 For an e5m2 cache the targets are e5m2's: its grid, its ties, around 57344 (its largest finite value)
 and 61440 (the tie with 65536, where the non-saturating rule reaches inf), and its subnormals down to
-2**-16 and the tie below it (E5M2_LABELS); the bit labels are the same.
+2**-16 and the tie below it (E5M2_LABELS); the bit labels are the same. For an e4m3fnuz cache
+(FNUZ_LABELS): its grid, ties, around 240 (its largest finite value) and 248 (the tie with 256, where the
+non-saturating rule reaches NaN), and its subnormals down to 2**-10 and the tie below it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from hypothesis import strategies as st
 from kernel.recipe import Recipe, get_recipe
 from strategies._cache import ints, sampled
 from strategies.case import Override, Scale
-from strategies.fp import FORMATS, e4m3_value, e5m2_value, f32, from_bits, ieee_div, round_to, to_bits
+from strategies.fp import FORMATS, e4m3_value, e5m2_value, f32, fnuz_value, from_bits, ieee_div, round_to, to_bits
 
 #: Every label an Override can carry (a target that was not hit exactly adds "~").
 BIT_LABELS = ("+0", "-0", "+inf", "-inf", "+nan", "-nan", "subnormal", "max-finite")
@@ -32,6 +34,9 @@ TARGET_LABELS = ("e4m3-grid", "e4m3-tie", "around-448", "around-464", "around-48
 LABELS = BIT_LABELS + TARGET_LABELS
 E5M2_TARGET_LABELS = ("e5m2-grid", "e5m2-tie", "around-57344", "around-61440", "e5m2-subnormal")
 E5M2_LABELS = BIT_LABELS + E5M2_TARGET_LABELS
+FNUZ_TARGET_LABELS = ("fnuz-grid", "fnuz-tie", "around-240", "around-248", "fnuz-subnormal")
+FNUZ_LABELS = BIT_LABELS + FNUZ_TARGET_LABELS
+_FORMAT_LABELS = {"fp8_e5m2": E5M2_LABELS, "fp8_e4m3fnuz": FNUZ_LABELS}
 
 _SIGN = {"float32": 1 << 31, "float16": 1 << 15, "bfloat16": 1 << 15}
 _INF = {"float32": 0x7F800000, "float16": 0x7C00, "bfloat16": 0x7F80}
@@ -85,6 +90,12 @@ def _targets(label: str) -> st.SearchStrategy[float]:
         return ints(0x00, 0x7A).map(lambda b: (e5m2_value(b) + e5m2_value(b + 1)) / 2)
     if label == "e5m2-subnormal":  # grid points (m * 2**-16), ties (2**-17 among them) and between
         return st.one_of(ints(1, 7).map(lambda m: m * 2.0**-17), st.floats(2.0**-19, 2.0**-14))
+    if label == "fnuz-grid":
+        return ints(0x01, 0x7F).map(fnuz_value)
+    if label == "fnuz-tie":  # halfway between byte b and b + 1; 0x7F's neighbour 248 is "around"
+        return ints(0x00, 0x7E).map(lambda b: (fnuz_value(b) + fnuz_value(b + 1)) / 2)
+    if label == "fnuz-subnormal":  # grid points (m * 2**-10), ties (2**-11 among them) and between
+        return st.one_of(ints(1, 15).map(lambda m: m * 2.0**-11), st.floats(2.0**-13, 2.0**-7))
     return st.just(float(label.split("-")[1]))
 
 
@@ -95,7 +106,7 @@ def special_values(draw: st.DrawFn, dtype: str, scale: Scale, recipe: Recipe | s
     """(bits, label) of one special input value of dtype, for data quantized with scale and recipe
     into a cache of cache_format."""
     recipe = get_recipe(recipe)
-    label = draw(sampled(E5M2_LABELS if cache_format == "fp8_e5m2" else LABELS), label="value_kind")
+    label = draw(sampled(_FORMAT_LABELS.get(cache_format, LABELS)), label="value_kind")
     sign = _SIGN[dtype]
     if label in ("+0", "-0"):
         return (sign if label == "-0" else 0), label

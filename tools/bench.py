@@ -159,8 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default="float", help="the scales' kind (per-head: a [H] tensor, one scale a head; per-token-head: "
                    "per_token_head=True, caches widened to D + 4 for the inline fp32 scales, default recipe only)")
     p.add_argument("--scale", type=float, default=0.7)
-    p.add_argument("--cache-dtype", choices=("fp8_e4m3", "fp8_e5m2"), default="fp8_e4m3",
-                   help="the caches' format: float8_e4m3fn or float8_e5m2 caches (docs/e5m2.md)")
+    p.add_argument("--cache-dtype", choices=("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz"), default="fp8_e4m3",
+                   help="the caches' format: float8_e4m3fn, float8_e5m2 or float8_e4m3fnuz caches (docs/e5m2.md; "
+                   "fnuz always takes the software encoder)")
     p.add_argument("--locs", choices=("random", "contiguous"), default="random",
                    help="cache_loc: a random permutation of the cache's slots, or 0..T-1")
     p.add_argument("--no-reference", action="store_true", help="skip the reference and the compiled reference")
@@ -215,9 +216,11 @@ def graph_replay_us(fn: Callable[[int], None], sets: int, rep_ms: float) -> floa
 
 
 def zeros_fp8(shape: tuple[int, ...], cache_dtype: str = "fp8_e4m3"):
-    """A zeroed float8_e4m3fn CUDA tensor (float8_e5m2 for cache_dtype "fp8_e5m2": docs/e5m2.md)."""
+    """A zeroed float8_e4m3fn CUDA tensor (float8_e5m2 / float8_e4m3fnuz for cache_dtype "fp8_e5m2" /
+    "fp8_e4m3fnuz": docs/e5m2.md)."""
     import torch
-    dtype = torch.float8_e5m2 if cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    dtype = {"fp8_e5m2": torch.float8_e5m2, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}.get(cache_dtype,
+                                                                                     torch.float8_e4m3fn)
     return torch.zeros(shape, device="cuda", dtype=torch.uint8).view(dtype)
 
 

@@ -41,8 +41,8 @@ from kernel.recipe import PTH_RECIPES
 from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("capabilities", "bit_exact", "isolation", "equivalence", "per_head", "per_token_head", "e5m2", "errors",
-            "overlap", "ties", "exhaustive", "graphs", "bigcache", "devices", "compile", "repeat")
+FAMILIES = ("capabilities", "bit_exact", "isolation", "equivalence", "per_head", "per_token_head", "e5m2", "fnuz",
+            "errors", "overlap", "ties", "exhaustive", "graphs", "bigcache", "devices", "compile", "repeat")
 # They test the reference and the tools, not an implementation.
 NOT_IMPL_FAMILIES = ("fidelity", "per_token_head_fidelity", "repro")
 BUDGET_S = {"cuda": 600, "cpu": 1200}

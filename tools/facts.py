@@ -1,6 +1,6 @@
 """Measure the facts the specification rests on (docs/facts.md), on this machine.
 
-    python -m tools.facts [--out FILE] [--only div,cast,nan,triton,e5m2] [--device cpu|cuda]
+    python -m tools.facts [--out FILE] [--only div,cast,nan,triton,e5m2,fnuz] [--device cpu|cuda]
                           [--scale 0.3] [--values N]
 
 Every row is measured here: the torch or Triton operation is run and compared with explicit IEEE
@@ -15,6 +15,10 @@ differing values treat any two NaNs as equal; bytes and bit patterns are printed
 - e5m2: `.to(torch.float8_e5m2)` of fp32 values at e5m2's edges (57344, the 61440 tie, ±inf, ±NaN,
   subnormals and the tie below 2**-16), and of every bf16 and fp16 pattern (widened to fp32, and
   directly) against the reference's RNE onto e5m2 with the non-saturating rule (overflow to ±inf).
+- fnuz: `.to(torch.float8_e4m3fnuz)` of fp32 values at e4m3fnuz's edges (240, the 248 tie, 256, ±inf,
+  ±NaN, -0, subnormals 2**-10 and the ties below and between them), and of every bf16 and fp16 pattern
+  (widened to fp32, and directly) and every fp32 midpoint of neighbouring bf16 patterns against the
+  reference's RNE onto e4m3fnuz with the non-saturating rule (NaN, 0x80, from 248), byte for byte.
 - triton: only under Triton's interpreter (no CUDA, or TRITON_INTERPRET=1): its fp32 -> e4m3,
   bf16 and fp16 casts against RNE over fixed value sets, the documented example values, and
   whether tl.fma rounds once.
@@ -33,10 +37,20 @@ import torch
 import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA, before triton loads)
 from kernel.backend import interpreted
 from kernel.recipe import get_recipe
-from kernel.reference import BF16, E4M3, E5M2, FP16, encode_e4m3, encode_fp8, round_to_grid, round_to_input_dtype
+from kernel.reference import (
+    BF16,
+    E4M3,
+    E4M3FNUZ,
+    E5M2,
+    FP16,
+    encode_e4m3,
+    encode_fp8,
+    round_to_grid,
+    round_to_input_dtype,
+)
 from tools._cli import comma_list, parser
 
-GROUPS = ("div", "cast", "nan", "triton", "e5m2")
+GROUPS = ("div", "cast", "nan", "triton", "e5m2", "fnuz")
 DTYPES = {"bfloat16": (torch.bfloat16, BF16), "float16": (torch.float16, FP16)}
 CAST_VALUES = ("448", "464", "465", "480", "500", "inf", "-inf", "nan", "-nan")
 FP32_BITS = {"nan": 0x7FC00000, "-nan": 0xFFC00000, "nan(payload 1)": 0x7F800001, "-nan(payload 1)": 0xFF800001}
@@ -44,6 +58,11 @@ FP32_BITS = {"nan": 0x7FC00000, "-nan": 0xFFC00000, "nan(payload 1)": 0x7F800001
 #: smallest subnormal 2**-16, the tie 2**-17 below it, 3 * 2**-17 (a tie between two subnormals), -0.
 E5M2_CAST_VALUES = ("57344", "59392", "61439", "61440", "65536", "inf", "-inf", "nan", "-nan",
                     "1.52587890625e-05", "7.62939453125e-06", "2.288818359375e-05", "-0.0")
+#: e4m3fnuz's edges: its largest finite value 240, between it and the 248 tie, the tie, 256, the
+#: infinities and NaNs, -0, the smallest subnormal 2**-10 and its negative, the tie 2**-11 below it (and
+#: its negative, which rounds to a zero that has no sign here), 3 * 2**-11 (a tie between subnormals).
+FNUZ_CAST_VALUES = ("240", "244", "247", "248", "256", "inf", "-inf", "nan", "-nan", "-0.0",
+                    "0.0009765625", "-0.0009765625", "0.00048828125", "-0.00048828125", "0.00146484375")
 E4M3_EXAMPLES = (1.953125, -0.4921875, 0.78125)
 BF16_EXAMPLES = (1 + 2**-8 + 2**-20,)
 HASH = 0x9E3779B1  # the fp32->bf16/fp16 value set: bits i * HASH mod 2**32 (non-finite dropped)
@@ -193,6 +212,28 @@ def measure_e5m2(device: torch.device) -> list[Row]:
     return rows
 
 
+def measure_fnuz(device: torch.device) -> list[Row]:
+    rows = _cast_rows("fnuz", FNUZ_CAST_VALUES, torch.float8_e4m3fnuz, device)
+    rule = get_recipe("unfused-nan")
+    for dname, (dtype, _) in DTYPES.items():
+        x = all_patterns(dtype)
+        x32 = x.to(torch.float32)
+        mid = ((x32[:-1].double() + x32[1:].double()) / 2).float()  # exact in fp32: ties at every binade
+        ref, ref_mid = encode_fp8(x32, rule, E4M3FNUZ), encode_fp8(mid, rule, E4M3FNUZ)
+        widened = x.to(device).to(torch.float32).to(torch.float8_e4m3fnuz).view(torch.uint8).cpu()
+        direct = x.to(device).to(torch.float8_e4m3fnuz).view(torch.uint8).cpu()
+        mids = mid.to(device).to(torch.float8_e4m3fnuz).view(torch.uint8).cpu()
+        nan = torch.isnan(x32)
+        nan_bytes = sorted(set(direct[nan].tolist()))
+        rows.append((f"fnuz/{dname}/all", f"all 65,536 {dname} patterns `.to(torch.float8_e4m3fnuz)`, via fp32 / "
+                     f"directly, and the 65,535 fp32 midpoints of neighbours, against RNE onto e4m3fnuz with "
+                     f"NaN (0x80) from 248, byte for byte",
+                     f"{int((widened != ref).sum()):,} / {int((direct != ref).sum()):,} / "
+                     f"{int((mids != ref_mid).sum()):,} bytes differ; the {int(nan.sum()):,} NaNs give "
+                     f"{', '.join(f'0x{b:02X}' for b in nan_bytes)}"))
+    return rows
+
+
 def measure_triton(values: int) -> list[Row]:
     if not interpreted():
         return [("triton", "Triton interpreter casts", "not measured: Triton is compiled here "
@@ -275,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += measure_triton(args.values)
     if "e5m2" in args.only:
         rows += measure_e5m2(device)
+    if "fnuz" in args.only:
+        rows += measure_fnuz(device)
     text = render(device, rows)
     sys.stdout.write(text)
     if args.out:

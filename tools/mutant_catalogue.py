@@ -351,6 +351,16 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("e5m2-written-as-e4m3", "an e5m2 cache is written with e4m3 bits (vLLM's Triton path: vllm#54341)",
        (FU, 'E5M2=plan.cache_format == "fp8_e5m2",', "E5M2=False,"),
        hint="any nonzero value into a float8_e5m2 cache, or a uint8 cache with cache_dtype='fp8_e5m2'"),
+    # -- e4m3fnuz caches (issue 26: conformance/test_fnuz.py) ------------------------------------------
+    _m("fnuz-written-as-e4m3fn", "an e4m3fnuz cache is written with e4m3fn bits (bias 7, NaN 0x7F, ±448: "
+       "vllm#45720's class)",
+       (FU, "FNUZ=fnuz,", "FNUZ=False,"),
+       hint="any normal value into a float8_e4m3fnuz cache, or a uint8 cache with cache_dtype='fp8_e4m3fnuz'"),
+    _m("fnuz-negative-zero-kept", "the fnuz encoder keeps zero's sign: -0 (and negatives rounding to zero) "
+       "become 0x80, which e4m3fnuz reads as NaN",
+       (TK, "tl.where(is_nan, 0x80, tl.where(mag == 0, 0, mag | ((b >> 24) & 0x80)))",
+        "tl.where(is_nan, 0x80, mag | ((b >> 24) & 0x80))"),
+       hint="-0.0, or a negative value below 2**-11 after scaling, into an e4m3fnuz cache"),
 )
 
 

@@ -47,6 +47,7 @@ CPU_MODULES = (
     "conformance/test_fidelity.py",
     "conformance/test_per_token_head.py",  # the per-token-head mutants only (its own kernel)
     "conformance/test_e5m2.py",  # last: the e5m2 mutants only (no other module draws an e5m2 cache)
+    "conformance/test_fnuz.py",  # the fnuz mutants only (no other module draws an e4m3fnuz cache)
 )
 # On CUDA the GPU-only modules go first: test_bigcache takes seconds and test_graphs replays every
 # recipe, while test_exhaustive's full CUDA product takes minutes when seven mutants share the GPU,

@@ -182,6 +182,10 @@ def _rows() -> list[InputClass]:
                            "kv_cache_dtype='fp8_e5m2')",
                            tests=tuple(("test_e5m2", t, ()) for t in ("test_e5m2_is_bit_exact", "test_e5m2_edges",
                                                                      "test_e5m2_capture_and_replay"))))
+    # Likewise for e4m3fnuz (ROCm MI300's e4m3): decided by test_fnuz's bit-exact properties.
+    rows.append(InputClass("fnuz-caches", "e4m3fnuz caches: float8_e4m3fnuz, or uint8 with "
+                           "cache_dtype='fp8_e4m3fnuz' (vLLM on ROCm MI300)",
+                           tests=tuple(("test_fnuz", t, ()) for t in ("test_fnuz_is_bit_exact", "test_fnuz_edges"))))
     for layout, where in (("inline", "inline after each head's bytes (head_dim + 4)"),
                           ("separate", "in float32 scale caches [pages, page_size, H]")):
         rows.append(InputClass(f"per-token-head-{layout}", f"dynamic per-(token, head) scales stored {where} "
