@@ -1,0 +1,268 @@
+"""The properties that hold an implementation to a cache format other than e4m3 (e5m2, e4m3fnuz), written
+once: conformance/test_e5m2.py and conformance/test_fnuz.py call them with their format's `Format` and
+its edge table, and keep their own test names (the capability rows and the kill records name them).
+
+Only an implementation that declares the format is held to it: the kvfp8 convention with a `cache_dtype`
+parameter, told `cache_dtype=<format>`. Others skip with the reason (a kernel written for e4m3 alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from conformance.bytediff import compare_caches
+from conformance.harness import check_case, execute, fail, run_impl, run_reference
+from conformance.impls import Implementation
+from conformance.test_compile import (
+    ALL_OPCHECKS,
+    BACKEND,
+    FP8_OPCHECKS,
+    OP,
+    SMALL,
+    assert_op_traced,
+    fused_encoder,
+    op_args,
+)
+from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
+from conformance.test_per_head import _per_head, _skip_unless_per_head
+from kernel.custom_op import fused_fp8_set_kv_buffer_op
+from kernel.recipe import RECIPES
+from strategies.build import build
+from strategies.case import Case, Override, Scale
+from strategies.scales import per_head_values
+
+#: (bf16 bits, label, byte under a saturating recipe, byte under the non-saturating one), scale 1.
+Edge = tuple[int, str, int, int]
+
+
+@dataclass(frozen=True)
+class Format:
+    """A non-e4m3 cache format under test: its cache_dtype name, its torch dtype's name, how reports say it."""
+
+    name: str  # "fp8_e5m2": Case.cache_format and the cache_dtype keyword
+    dtype: str  # "float8_e5m2"
+    says: str  # "e5m2"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+
+def takes_cache_dtype(impl: Implementation) -> bool:
+    """The implementation's signature names cache_dtype (or takes **kwargs) and its convention is kvfp8."""
+    if impl.convention.name != "kvfp8":
+        return False
+    try:
+        params = inspect.signature(impl.fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "cache_dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def held(impl: Implementation, fmt: Format) -> Implementation:
+    """impl told cache_dtype=fmt; skips one that cannot be told (the vllm convention passes
+    kv_cache_dtype="fp8") or does not declare the format."""
+    if impl.convention.name == "vllm":
+        pytest.skip(f"the vllm convention passes kv_cache_dtype='fp8' (e4m3); an {fmt.says} call needs "
+                    f"'{fmt.name}'")
+    if not takes_cache_dtype(impl):  # a kernel written for e4m3 alone is not held to this format's bytes
+        pytest.skip(f"{impl.name} takes no cache_dtype=: it does not declare {fmt.says} caches")
+    return dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": fmt.name})
+
+
+def format_cases(impl: Implementation, fmt: Format, **space: object) -> st.SearchStrategy[Case]:
+    """impl's Cases with caches of fmt: the float8 dtype, and uint8 told cache_dtype."""
+    return impl.cases(cache_formats=(fmt.name,), cache_dtypes=(fmt.dtype, "uint8"), **space)
+
+
+def inputs_unmodified(impl: Implementation, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
+                      case: Case, fmt: Format) -> None:
+    for name in ("k", "v", "cache_loc", "k_scale", "v_scale"):
+        as_bytes = lambda t: t.reshape(-1).view(torch.uint8)  # noqa: E731 (NaN-safe; a 0-d scale too)
+        if name in before and not torch.equal(as_bytes(before[name]), as_bytes(after[name])):
+            fail(impl, f"modified its input {name} (an {fmt.says} call):", f"{name}'s buffer changed", case)
+
+
+def check_drawn(data, impl: Implementation, device: torch.device, recipe: str, fmt: Format) -> None:
+    """Drawn Cases of fmt: whole caches equal the reference's, and no input changes."""
+    target = held(impl, fmt)
+    size = "large" if device.type == "cuda" else "small"
+    case = data.draw(format_cases(impl, fmt, recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
+    built = build(case, device)
+    expected = run_reference(case, device, built.copy(inputs=False))
+    before = built.snapshot()
+    actual, error = run_impl(case, target, device, built)
+    if error:
+        fail(target, f"raises on a valid {fmt.says} call:", error, case)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference on an {fmt.says} cache (recipe {case.recipe}, {case.cache_dtype}):",
+             report, case)
+    inputs_unmodified(target, before, actual.buffers, case, fmt)
+
+
+def edge_case(edges: tuple[Edge, ...], cache_dtype: str, recipe: str, fmt: Format) -> Case:
+    """One token, one head, the edge values in K and V (V reversed), slot 2 of 4 one-slot pages, scale 1."""
+    n = len(edges)
+    over = tuple(Override(t, i if t == "k" else n - 1 - i, bits, label)
+                 for t in ("k", "v") for i, (bits, label, _, _) in enumerate(edges))
+    return Case(num_tokens=1, num_heads=1, head_dim=n, page_size=1, num_pages=4, cache_loc=(2,),
+                cache_dtype=cache_dtype, overrides=over, recipe=recipe, cache_format=fmt.name)
+
+
+def check_edges(edges: tuple[Edge, ...], cache_dtype: str, impl: Implementation, device: torch.device, recipe: str,
+                fmt: Format) -> None:
+    """The reference gives the stated bytes at the format's edges, and the implementation the reference's."""
+    target = held(impl, fmt)
+    case = impl.fit(edge_case(edges, cache_dtype, recipe, fmt))
+    expected = run_reference(case, device)
+    slot = expected.k_cache.view(torch.uint8)[2, 0, 0].cpu().tolist()
+    column = 2 if RECIPES[case.recipe].overflow == "saturate" else 3
+    stated = [edge[column] for edge in edges]
+    assert slot == stated, (f"the reference's {fmt.says} bytes at the edges (recipe {case.recipe}) are "
+                            f"{[hex(b) for b in slot]}, docs/e5m2.md states {[hex(b) for b in stated]}")
+    actual, error = run_impl(case, target, device)
+    if error:
+        fail(target, f"raises on a valid {fmt.says} call (edge values):", error, case)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference at {fmt.says}'s edges (recipe {case.recipe}, {cache_dtype}):",
+             report, case)
+
+
+def check_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale], impl: Implementation,
+                       device: torch.device, fmt: Format) -> None:
+    """Every bf16/fp16 pattern into a cache of fmt (test_exhaustive's Case and fill): float8 caches, and
+    uint8 ones for one of the scale pairs."""
+    target = held(impl, fmt)
+    cache_dtype = "uint8" if scales is CPU_SCALES["1e-30/none"] else fmt.dtype
+    case = impl.fit(pattern_case(dtype, *scales, recipe).replace(cache_format=fmt.name, cache_dtype=cache_dtype))
+    expected = fill_patterns(build(case, device))
+    run_reference(case, device, expected)
+    actual = fill_patterns(build(case, device))
+    execute(target, actual, fill=FILL)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference over all {dtype} patterns into an {fmt.says} cache ({cache_dtype}; "
+                     f"k in order, v permuted by {PERMUTE}), recipe {case.recipe}, k_scale {case.k_scale}, v_scale "
+                     f"{case.v_scale}:", report, case, fill=FILL)
+
+
+def check_storage_and_spelling(data, impl: Implementation, device: torch.device, fmt: Format) -> None:
+    """float8 caches of fmt, and uint8 caches told cache_dtype by name or by torch dtype: the same bytes
+    from the implementation itself (whole buffers compared)."""
+    held(impl, fmt)
+    case = data.draw(impl.cases(cache_formats=(fmt.name,), cache_dtypes=(fmt.dtype,), allow_out_of_range=True),
+                     label="case")
+    calls = ((case, fmt.name), (case.replace(cache_dtype="uint8"), fmt.name),
+             (case.replace(cache_dtype="uint8"), fmt.torch_dtype))
+    built = []
+    for c, spelled in calls:
+        target = dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": spelled})
+        actual, error = run_impl(c, target, device)
+        if error:
+            fail(target, f"raises on a valid {fmt.says} call ({c.cache_dtype} caches, cache_dtype={spelled!r}):",
+                 error, c)
+        built.append(actual)
+    for actual, (c, spelled) in zip(built[1:], calls[1:]):
+        report = compare_caches(built[0], actual)
+        if report:
+            fail(impl, f"uint8 caches with cache_dtype={spelled!r} hold other bytes than {fmt.dtype} caches "
+                       f"(expected: the {fmt.dtype} call's bytes):", report, c)
+
+
+def check_formats_alternate(data, impl: Implementation, device: torch.device, order: tuple[str, ...]) -> None:
+    """One uint8 layout written in each format of `order` in turn (other data each time): each call
+    bit-exact, so nothing of one format's call (a remembered launch, say) leaks into the next."""
+    case = data.draw(impl.cases(cache_dtypes=("uint8",), allow_out_of_range=True), label="case")
+    seeds = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(order), max_size=len(order)), label="seeds")
+    for seed, name in zip(seeds, order):
+        told = impl if name == "fp8_e4m3" else dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": name})
+        check_case(case.replace(seed=seed, cache_format=name), told, device)
+
+
+def check_per_head(data, impl: Implementation, device: torch.device, recipe: str, fmt: Format) -> None:
+    """Per-head scales ([H] float32, strided or not) on caches of fmt: bit-exact (test_per_head's property)."""
+    _skip_unless_per_head(impl)
+    target = held(impl, fmt)
+    case = data.draw(format_cases(impl, fmt, recipes=(recipe,), allow_out_of_range=True, min_heads=2), label="case")
+    values = data.draw(per_head_values(case.num_heads), label="k_scale_per_head")
+    step = data.draw(st.sampled_from((1, 2)), label="scale_step")
+    expected = _per_head(build(case, device), "k_scale", values, step)
+    run_reference(case, device, expected)
+    actual, error = run_impl(case, target, device, _per_head(build(case, device), "k_scale", values, step))
+    if error:
+        fail(target, f"raises on a valid {fmt.says} call with per-head k_scale {list(values)}:", error)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(target, f"differs from the reference on an {fmt.says} cache with per-head k_scale {list(values)} "
+                     f"(recipe {case.recipe}):", report)
+
+
+def check_uint8_alone_is_e4m3(edges: tuple[Edge, ...], impl: Implementation, device: torch.device,
+                              fmt: Format) -> None:
+    """A uint8 cache and no cache_dtype: e4m3 bytes (fmt's differ on these values: they cannot be confused)."""
+    case = impl.fit(edge_case(edges, "uint8", impl.recipe or "divide", fmt).replace(cache_format="fp8_e4m3"))
+    expected = run_reference(case, device)
+    other = run_reference(case.replace(cache_format=fmt.name), device)
+    assert compare_caches(expected, other) is not None, f"e4m3 and {fmt.says} bytes coincide on the edge values"
+    actual, error = run_impl(case, impl, device)
+    if error:
+        fail(impl, "raises on a valid call (uint8 caches, no cache_dtype):", error, case)
+    report = compare_caches(expected, actual)
+    if report:
+        fail(impl, "a uint8 cache with no cache_dtype must hold e4m3 bytes:", report, case)
+
+
+def check_contradiction_refused(caches: tuple[str, str], cache_dtype: object, named: str, impl: Implementation,
+                                device: torch.device, fmt: Format) -> None:
+    """A float8 cache whose dtype contradicts cache_dtype (or the other cache) is a ValueError naming it,
+    raised before anything is written. This repository's message: kernels that declare the format only."""
+    if not takes_cache_dtype(impl):
+        pytest.skip(f"{impl.name} takes no cache_dtype=: it does not declare {fmt.says} caches")
+    case = impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
+                         seed=3, recipe=impl.recipe or "divide"))
+    built = build(case, device)
+    views = {name: built.buffers[name].view(getattr(torch, dtype)).as_strided(t.shape, t.stride(),
+                                                                             t.storage_offset())
+             for name, t, dtype in (("k_cache", built.k_cache, caches[0]), ("v_cache", built.v_cache, caches[1]))}
+    built = dataclasses.replace(built, **views)
+    target = impl if cache_dtype is None else dataclasses.replace(impl, kwargs={**impl.kwargs,
+                                                                                "cache_dtype": cache_dtype})
+    before = built.snapshot()
+    with pytest.raises(ValueError, match=rf"{named}.dtype .* contradicts"):
+        target.run(built)
+    for name in ("k_cache", "v_cache"):
+        assert torch.equal(built.buffers[name], before[name]), f"{name} was written before the error"
+
+
+def check_custom_op_and_compile(data, impl: Implementation, device: torch.device, recipes: tuple[str, ...],
+                                fmt: Format) -> None:
+    """The custom op with cache_dtype passes opcheck (float8 caches: all but test_schema,
+    pytorch/pytorch#135998; uint8: all), and a torch.compile(fullgraph=True) caller writes the reference's
+    bytes. This repository's kernel only, as conformance/test_compile.py."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    encoder = fused_encoder(impl)
+    case = data.draw(held(impl, fmt).cases(recipes=recipes, cache_formats=(fmt.name,), **SMALL), label="case")
+    assume(case.num_tokens > 0)  # as test_compile.test_opcheck: opcheck's clone of 0-token tensors
+    tests = ALL_OPCHECKS if case.cache_dtype == "uint8" else FP8_OPCHECKS
+    torch.library.opcheck(OP, (*op_args(build(case, device), encoder), case.cache_format), test_utils=tests)
+    counter = CompileCounterWithBackend(BACKEND)
+
+    def step(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, *, recipe, checked,
+             cache_dtype):
+        fused_fp8_set_kv_buffer_op(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                                   checked=checked, encoder=encoder, cache_dtype=cache_dtype)
+
+    torch._dynamo.reset()
+    fn = torch.compile(step, backend=counter, fullgraph=True, dynamic=data.draw(st.booleans(), label="dynamic"))
+    check_case(case, Implementation(f"compiled-{BACKEND}-{encoder}", fn, {"cache_dtype": fmt.name}), device)
+    assert_op_traced(counter)
