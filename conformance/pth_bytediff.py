@@ -58,16 +58,23 @@ def _where(b: PTHBuilt, name: str, j: int) -> str:
     return f"{at} dim={dim}: {_token_of(b, slot)}{value}"
 
 
+def differing(expected: PTHBuilt, actual: PTHBuilt) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per whole buffer that differs: (indexes of the differing elements, expected bits, actual bits)."""
+    out = {}
+    for name, want in expected.buffers.items():
+        a, e = bits(actual.buffers[name]).flatten().cpu(), bits(want).flatten().cpu()
+        bad = (a != e).nonzero().flatten()
+        if bad.numel():
+            out[name] = (bad, e, a)
+    return out
+
+
 def located_diff(expected: PTHBuilt, actual: PTHBuilt) -> str | None:
     """The first differing elements of each whole buffer, located; None when all are equal."""
     lines = []
     call = actual.call()
-    for name, want in expected.buffers.items():
+    for name, (bad, e, a) in differing(expected, actual).items():
         got = actual.buffers[name]
-        a, e = bits(got).flatten().cpu(), bits(want).flatten().cpu()
-        bad = (a != e).nonzero().flatten()
-        if not bad.numel():
-            continue
         view = call.get(name) if name.endswith("_cache") else None  # inputs and cache_loc: flat indexes
         pos = _positions(got, view) if isinstance(view, torch.Tensor) else None
         lines.append(f"{name}: {bad.numel()} of {e.numel()} elements differ; first {min(FIRST_N, bad.numel())}:")

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from kernel.backend import interpreted, resolve_encoder
+from kernel.fused import _pow2_at_least
 from kernel.per_token_head import (
     FLOOR_FLASHINFER,
     FLOOR_VLLM,
@@ -116,10 +117,6 @@ def per_token_head_write(
     _write_one(v_ptr, t * v_st, v_sh, v_sd, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
                vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, h_ok, inside, writes, D,
                VLLM, INLINE, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS)
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from conformance.impls import Implementation
-from conformance.pth_bytediff import located_diff
+from conformance.pth_bytediff import differing
 from kernel.recipe import DEFAULT_PTH_RECIPE, PTH_RECIPES
 from strategies.case import Case, Layout
 from strategies.per_token_head import PTHCase, build_pth
@@ -42,11 +42,7 @@ def _differing(impl: Implementation, pc: PTHCase, device: torch.device) -> int |
         impl.convention.invoke_per_token_head(impl.fn, actual.call(), impl.kwargs)
     except Exception:  # noqa: BLE001  (the properties report it; here it only fails to match)
         return None
-    report = located_diff(expected, actual)
-    if report is None:
-        return 0
-    return sum(int(line.split(" of ", 1)[0].rsplit(" ", 1)[1]) for line in report.splitlines()
-               if " elements differ" in line)
+    return sum(bad.numel() for bad, _, _ in differing(expected, actual).values())
 
 
 def identify_per_token_head(impl: Implementation, device: torch.device,
