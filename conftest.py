@@ -61,7 +61,36 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def _long_units(items: list) -> list[list]:
+    """The tests marked long, as units that must run on one worker: each test alone, or a module's long
+    tests together when its mark says `long("module")` (they share one module-scoped run)."""
+    units: dict[object, list] = {}
+    for item in items:
+        mark = item.get_closest_marker("long")
+        if mark is not None:
+            key = item.module if "module" in mark.args else item
+            units.setdefault(key, []).append(item)
+    return list(units.values())
+
+
 def pytest_collection_modifyitems(items: list) -> None:
-    # xdist hands out tests in collection order: a test of tens of seconds collected last would run
-    # alone at the end (the H200 timeline of docs/bench.md). Run those first; the order is otherwise kept.
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    # A test of tens of seconds must not run alone at the end (the H200 timeline of docs/bench.md), nor
+    # behind the other long ones on one worker. xdist's `load` scheduler first sends each of its W
+    # workers a chunk of (N // W) // 4 consecutive tests (pytest-xdist's LoadScheduling.schedule), and
+    # "long first" put every long test in worker 0's chunk (222 s of a 279 s run on the H200,
+    # docs/results/h200-2026-12-04-c.md). So the long units are dealt round-robin to the heads of the
+    # chunks; the order is otherwise kept. Without xdist, the long tests simply go first.
+    units = _long_units(items)
+    rest = [item for item in items if item.get_closest_marker("long") is None]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    chunk = (len(items) // workers) // 4 if workers else 0
+    if chunk < 2:
+        items[:] = [item for unit in units for item in unit] + rest
+        return
+    order: list = []
+    for i in range(workers):
+        head = [item for unit in units[i::workers] for item in unit]
+        take = max(0, chunk - len(head))
+        order += head + rest[:take]
+        rest = rest[take:]
+    items[:] = order + rest

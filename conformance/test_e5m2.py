@@ -47,6 +47,7 @@ from conformance.impls import test_device as _test_device  # not collected as a 
 from conformance.test_compile import compile_settings
 from conformance.test_exhaustive import CPU_SCALES
 from conformance.test_graphs import capture, graph_settings, restore
+from conformance.test_per_head import variant_settings
 from strategies.build import build
 from strategies.case import Scale
 from strategies.replay import writing_cases
@@ -54,6 +55,7 @@ from strategies.replay import writing_cases
 E5M2 = Format("fp8_e5m2", "float8_e5m2", "e5m2")
 
 
+@variant_settings
 @given(data=st.data())
 def test_e5m2_is_bit_exact(data, impl, device, recipe):
     """Drawn e5m2 Cases (any layout, dtype, scale kind, special values at e5m2's edges): whole caches
@@ -92,6 +94,7 @@ def test_e5m2_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale],
     check_all_patterns(dtype, recipe, scales, impl, device, E5M2)
 
 
+@variant_settings
 @given(data=st.data())
 def test_e5m2_storage_and_spelling_are_equivalent(data, impl, device):
     """Equivalence: float8_e5m2 caches, and uint8 caches told cache_dtype="fp8_e5m2" or torch.float8_e5m2,
@@ -99,6 +102,7 @@ def test_e5m2_storage_and_spelling_are_equivalent(data, impl, device):
     check_storage_and_spelling(data, impl, device, E5M2)
 
 
+@variant_settings
 @given(data=st.data())
 def test_formats_alternate_on_one_layout(data, impl, device):
     """Repeat: one uint8 layout written as e4m3, as e5m2, then as e4m3 again (other data each time)."""
@@ -106,6 +110,7 @@ def test_formats_alternate_on_one_layout(data, impl, device):
     check_formats_alternate(data, impl, device, ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3"))
 
 
+@variant_settings
 @given(data=st.data())
 def test_e5m2_per_head_scales(data, impl, device, recipe):
     """Per-head scales ([H] float32, strided or not) on e5m2 caches: bit-exact (test_per_head's property)."""

@@ -39,11 +39,13 @@ from conformance.fp8_formats import (
 )
 from conformance.test_compile import compile_settings
 from conformance.test_exhaustive import CPU_SCALES
+from conformance.test_per_head import variant_settings
 from strategies.case import Scale
 
 FNUZ = Format("fp8_e4m3fnuz", "float8_e4m3fnuz", "e4m3fnuz")
 
 
+@variant_settings
 @given(data=st.data())
 def test_fnuz_is_bit_exact(data, impl, device, recipe):
     """Drawn fnuz Cases (any layout, dtype, scale kind, special values at fnuz's edges): whole caches
@@ -82,6 +84,7 @@ def test_fnuz_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale],
     check_all_patterns(dtype, recipe, scales, impl, device, FNUZ)
 
 
+@variant_settings
 @given(data=st.data())
 def test_fnuz_storage_and_spelling_are_equivalent(data, impl, device):
     """Equivalence: float8_e4m3fnuz caches, and uint8 caches told cache_dtype="fp8_e4m3fnuz" or
@@ -107,6 +110,7 @@ def test_fnuz_contradicting_cache_dtype_is_refused(caches, cache_dtype, named, i
     check_contradiction_refused(caches, cache_dtype, named, impl, device, FNUZ)
 
 
+@variant_settings
 @given(data=st.data())
 def test_fnuz_formats_alternate_on_one_layout(data, impl, device):
     """Repeat: one uint8 layout written as e4m3, e4m3fnuz, e5m2, then e4m3fnuz again (other data each time)."""
@@ -114,6 +118,7 @@ def test_fnuz_formats_alternate_on_one_layout(data, impl, device):
     check_formats_alternate(data, impl, device, ("fp8_e4m3", FNUZ.name, "fp8_e5m2", FNUZ.name))
 
 
+@variant_settings
 @given(data=st.data())
 def test_fnuz_per_head_scales(data, impl, device, recipe):
     """Per-head scales ([H] float32, strided or not) on e4m3fnuz caches: bit-exact (test_per_head's property)."""

@@ -105,6 +105,18 @@ def tile_for(dim: int, elements: int, warps: int = 4) -> tuple[int, int, int, in
     return elements // block_d, 1, block_d, warps
 
 
+def heads_in_tile(heads: int, block_t: int, block_d: int) -> tuple[int, int]:
+    """(BLOCK_T, BLOCK_H) for per-head scales, where H and D stay apart (`geometry`): a tile of BLOCK_T
+    tokens spans several heads, as the folded row does, instead of BLOCK_T x 4 tokens of one head,
+    which ran at 92 % of a copy at 8x128 (docs/results/h200-2026-12-04-b.md). BLOCK_H is the largest
+    power of two that divides H (no masked heads), within a 512-element row, and the tile keeps at
+    least two tokens (tile_for's rule)."""
+    block_h = 1
+    while heads % (block_h * 2) == 0 and block_h * 2 * block_d <= 512 and block_t // (block_h * 2) >= 2:
+        block_h *= 2
+    return block_t // block_h, block_h
+
+
 def _vectorizable_layout(g: Geometry) -> bool:
     """True when dims are unit-stride, D a multiple of 16 and every row offset a multiple of 16
     elements: then 16-byte-aligned bases make every row of K, V and both caches start 16-byte aligned."""
@@ -116,12 +128,13 @@ def _vectorizable(plan: Plan, g: Geometry) -> bool:
     return _vectorizable_layout(g) and all(t.data_ptr() % 16 == 0 for t in (plan.k, plan.v, plan.k_cache, plan.v_cache))
 
 
-def _scale_args(scale: ScaleArg, dummy: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
-    """(pointer, value, from_pointer, head stride) for the kernel; a float travels by value."""
+def _scale_args(scale: ScaleArg, dummy: int) -> tuple[int, float, int, int]:
+    """(address, value, from_pointer, head stride) for the kernel; a float travels by value (and the
+    address is a dummy the kernel never reads: a real one, so that it is typed as 64 bits like the others)."""
     if scale.kind == "per-head":
-        return scale.tensor, 0.0, 1, scale.tensor.stride(0)
+        return scale.tensor.data_ptr(), 0.0, 1, scale.tensor.stride(0)
     if scale.tensor is not None:
-        return scale.tensor, 0.0, 1, 0
+        return scale.tensor.data_ptr(), 0.0, 1, 0
     return dummy, scale.value, 0, 0
 
 
@@ -132,11 +145,14 @@ def kernel_args(plan: Plan, software: bool,
     g = geometry(plan)
     fnuz = plan.cache_format == "fp8_e4m3fnuz"
     software = software or fnuz  # e4m3fnuz has only the software encoder (docs/e5m2.md, fnuz)
+    per_head = "per-head" in (plan.k_scale.kind, plan.v_scale.kind)
     block_t, block_h, block_d, warps = (tile_for(g.dim, *tile) if tile
                                         else choose_tile(plan.num_tokens, g.heads, g.dim, software))
+    if per_head and not interpreted():
+        block_t, block_h = heads_in_tile(g.heads, block_t, block_d)
     grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(g.heads, block_h), triton.cdiv(g.dim, block_d))
-    ks_ptr, ks_value, ks_from_ptr, ks_stride = _scale_args(plan.k_scale, plan.cache_loc)
-    vs_ptr, vs_value, vs_from_ptr, vs_stride = _scale_args(plan.v_scale, plan.cache_loc)
+    ks_ptr, ks_value, ks_from_ptr, ks_stride = _scale_args(plan.k_scale, plan.cache_loc.data_ptr())
+    vs_ptr, vs_value, vs_from_ptr, vs_stride = _scale_args(plan.v_scale, plan.cache_loc.data_ptr())
     # Caches go to the kernel as bytes: one compiled variant serves fp8 and uint8 storage.
     k_bytes = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     v_bytes = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
@@ -148,7 +164,7 @@ def kernel_args(plan: Plan, software: bool,
         MUL_RECIPROCAL=r.scale_op == "mul_reciprocal", SCALE_IN_INPUT=r.scale_dtype == "input",
         INTERMEDIATE=r.intermediate == "input", SATURATE=r.overflow == "saturate",
         SOFTWARE=software, EXACT_FMA=fma_is_exact(), VEC=_vectorizable(plan, g),
-        K_PER_HEAD=plan.k_scale.kind == "per-head", V_PER_HEAD=plan.v_scale.kind == "per-head",
+        PER_HEAD=per_head,
         E5M2=plan.cache_format == "fp8_e5m2", FNUZ=fnuz,
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
     )

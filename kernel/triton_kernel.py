@@ -8,8 +8,9 @@ code, and its registers, in one kernel, which cost bandwidth: docs/results/kerne
 Pointer alignment is not specialized (each of 7 pointers would double the variants); VEC says, after
 the wrapper has checked, that every row starts 16-byte aligned, which 16-byte loads and stores need.
 
-A scale is a float argument, one tensor element, or (K_PER_HEAD / V_PER_HEAD) one element per head:
-the wrapper then keeps H and D apart, so that the tile's head index is the head.
+A scale is a float argument, one tensor element, or (PER_HEAD) one element per head: the wrapper
+then keeps H and D apart, so that the tile's head index is the head. Scale tensors travel as integer
+addresses, so that the scale kinds share compiled variants.
 
 The E5M2 constexpr picks the cache's format (e4m3 otherwise; kernel.plan, docs/e5m2.md): the same
 encoders with e5m2's constants. FNUZ (e4m3fnuz, ROCm MI300's e4m3) takes the software encoder only.
@@ -26,9 +27,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr", "ks_ptr", "vs_ptr"]
+POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr"]
 INT_ARGS = [
-    "ks_from_ptr", "vs_from_ptr", "ks_stride", "vs_stride",
+    "ks_addr", "vs_addr", "ks_from_ptr", "vs_from_ptr", "ks_stride", "vs_stride",
     "T", "H", "D", "page_size", "num_slots", "loc_stride",
     "k_st", "k_sh", "k_sd", "v_st", "v_sh", "v_sd",
     "kc_sp", "kc_so", "kc_sh", "kc_sd", "vc_sp", "vc_so", "vc_sh", "vc_sd",
@@ -127,14 +128,14 @@ def _e4m3_sw(y, SATURATE: tl.constexpr, ROUND_BF16: tl.constexpr, E5M2: tl.const
 
 @triton.jit
 def _e4m3_hw(y, SATURATE: tl.constexpr, E5M2: tl.constexpr):
-    """fp32 -> e4m3fn byte (E5M2: e5m2 byte) through the hardware cast, plus the overflow fix-up."""
+    """fp32 -> e4m3fn byte (E5M2: e5m2 byte) through the hardware cast, plus the overflow fix-up.
+    The hardware encoder only runs compiled on sm_89+ (kernel.backend.resolve_encoder), where Triton
+    lowers both casts to cvt.rn.satfinite (RNE, saturating at the format's largest finite value)."""
     if E5M2:
-        # Triton lowers fp32 -> fp8e5 (rtne) to cvt.rn.satfinite.e5m2x2.f32 on sm_89+, but below that
-        # to other sequences: clamping first makes ±57344 the answer on every target, not the
-        # conversion's choice. NaN likewise: cvt's canonical NaN is 0x7F, but the interpreter's cast
-        # gives 0x7E/0xFE (measured), so the byte is set here rather than left to the conversion.
-        big = tl.abs(y) > 57344.0
-        byte = tl.where(big, tl.where(y > 0, 57344.0, -57344.0), y).to(tl.float8e5).to(tl.uint8, bitcast=True)
+        # satfinite already gives ±57344 past the range; only NaN is set here, to the reference's 0x7F
+        # whatever its sign (a clamp before the cast, for targets without cvt, cost 14 points of
+        # bandwidth: docs/results/h200-2026-12-04-b.md).
+        byte = y.to(tl.float8e5).to(tl.uint8, bitcast=True)
         byte = tl.where(y != y, 0x7F, byte).to(tl.uint8)
         if not SATURATE:
             # From 61440 (the tie that rounds to 65536) the non-saturating rule gives inf: ±57344's
@@ -149,14 +150,22 @@ def _e4m3_hw(y, SATURATE: tl.constexpr, E5M2: tl.constexpr):
 
 
 @triton.jit
-def _load_scale(ptr, value, from_ptr, stride, h64, h_ok, IN_DTYPE: tl.constexpr, SCALE_IN_INPUT: tl.constexpr,
+def _load_scale(addr, value, from_ptr, stride, h64, h_ok, IN_DTYPE: tl.constexpr, SCALE_IN_INPUT: tl.constexpr,
                 SOFTWARE: tl.constexpr, PER_HEAD: tl.constexpr):
     """The scale as fp32: the float argument, or the tensor's one element, rounded if the recipe says.
-    PER_HEAD: one scale per head of the tile, tensor[h] ([1, BLOCK_H, 1]; heads past H read 1.0)."""
+    `addr` is the scale tensor's address as an integer: a typed pointer argument would make each scale
+    kind (float: no tensor; a tensor) its own compiled variant.
+    PER_HEAD (either scale is per head): tensor[h * stride] for each head h of the tile ([1, BLOCK_H, 1];
+    a one-element tensor has stride 0, a float is broadcast; heads past H read 1.0)."""
+    ptr = addr.to(tl.int64).to(tl.pointer_type(tl.float32))
+    v = tl.full((), value, tl.float32)  # the interpreter would type an fp32 subnormal as fp64
     if PER_HEAD:
-        s = tl.load(ptr + h64 * stride, mask=h_ok, other=1.0).to(tl.float32)[None, :, None]
+        s = tl.where(h_ok, v, 1.0)
+        if from_ptr != 0:
+            s = tl.load(ptr + h64 * stride, mask=h_ok, other=1.0).to(tl.float32)
+        s = s[None, :, None]
     else:
-        s = tl.full((), value, tl.float32)  # the interpreter would type an fp32 subnormal as fp64
+        s = v
         if from_ptr != 0:
             s = tl.load(ptr).to(tl.float32)
     if SCALE_IN_INPUT:
@@ -269,14 +278,14 @@ def _pointers(base, rows, h64, d64, s_h, s_d, VEC: tl.constexpr):
 
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def fp8_kv_write(
-    k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
+    k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_addr, vs_addr,
     ks_value, vs_value, ks_from_ptr, vs_from_ptr, ks_stride, vs_stride,
     T, H, D, page_size, num_slots, loc_stride,
     k_st, k_sh, k_sd, v_st, v_sh, v_sd,
     kc_sp, kc_so, kc_sh, kc_sd, vc_sp, vc_so, vc_sh, vc_sd,
     MUL_RECIPROCAL: tl.constexpr, SCALE_IN_INPUT: tl.constexpr, INTERMEDIATE: tl.constexpr,
     SATURATE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, VEC: tl.constexpr,
-    K_PER_HEAD: tl.constexpr, V_PER_HEAD: tl.constexpr, E5M2: tl.constexpr, FNUZ: tl.constexpr,
+    PER_HEAD: tl.constexpr, E5M2: tl.constexpr, FNUZ: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -298,10 +307,10 @@ def fp8_kv_write(
     v_slot_rows = page * vc_sp + offset * vc_so
     mask = inside & writes[:, None, None]
 
-    ks = _load_scale(ks_ptr, ks_value, ks_from_ptr, ks_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
-                     SOFTWARE, K_PER_HEAD)
-    vs = _load_scale(vs_ptr, vs_value, vs_from_ptr, vs_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
-                     SOFTWARE, V_PER_HEAD)
+    ks = _load_scale(ks_addr, ks_value, ks_from_ptr, ks_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
+                     SOFTWARE, PER_HEAD)
+    vs = _load_scale(vs_addr, vs_value, vs_from_ptr, vs_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
+                     SOFTWARE, PER_HEAD)
 
     # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the
     # reads need not wait for cache_loc: masked by `writes`, a decode call was two dependent DRAM
@@ -310,9 +319,9 @@ def fp8_kv_write(
     xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
     xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
     bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
-                   K_PER_HEAD, E5M2, FNUZ)
+                   PER_HEAD, E5M2, FNUZ)
     tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)
     bv = _quantize(xv, vs, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
-                   V_PER_HEAD, E5M2, FNUZ)
+                   PER_HEAD, E5M2, FNUZ)
     tl.store(_pointers(vc_ptr, v_slot_rows, h64, d64, vc_sh, vc_sd, VEC), bv, mask=mask)
 

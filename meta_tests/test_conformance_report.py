@@ -23,7 +23,7 @@ import pytest
 from conformance.diagnosis.report import diff
 from tools import conformance_diff, repro
 
-pytestmark = pytest.mark.long  # one make conformance run, shared by the module's tests
+pytestmark = pytest.mark.long("module")  # one make conformance run, shared by the module's tests
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = "meta_tests/planted_impl.py:fused_fp8_set_kv_buffer"

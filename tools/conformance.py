@@ -153,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="kvfp8-conformance-"))
     records, failures, log = work / "records.jsonl", work / "failures", cases_dir / "pytest.log"
+    # --durations: the log says where the run's time went (the slowest tests, shrinking included).
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conformance.diagnosis.recorder",
-           "--kvfp8-record", str(records), "--impl", args.impl]
+           "--durations=25", "--kvfp8-record", str(records), "--impl", args.impl]
     if args.convention:
         cmd += ["--convention", args.convention]
     if held:

@@ -162,7 +162,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "s = tl.load(ptr + h64 * 0, mask=h_ok, other=1.0)"),
        hint="a [H] k_scale or v_scale whose heads differ (conformance/test_per_head.py)"),
     _m("per-head-unit-stride", "a per-head scale tensor is read as if contiguous",
-       (FU, "return scale.tensor, 0.0, 1, scale.tensor.stride(0)", "return scale.tensor, 0.0, 1, 1"),
+       (FU, "return scale.tensor.data_ptr(), 0.0, 1, scale.tensor.stride(0)",
+        "return scale.tensor.data_ptr(), 0.0, 1, 1"),
        hint="a [H] scale that is a strided view (every second element of a buffer)"),
     _m("per-head-folded", "heads are folded into one row with a per-head scale: the tile's head is not the head",
        (FU, "    if not per_head and all(s_h", "    if all(s_h"),
@@ -177,8 +178,10 @@ MUTANTS: tuple[Mutant, ...] = (
        (FU, 'SCALE_IN_INPUT=r.scale_dtype == "input"', 'SCALE_IN_INPUT=r.scale_op == "divide"'),
        hint="recipe unfused-tensor1 or divide, bf16/fp16 input, scale 0.3"),
     _m("float-scale-as-tensor", "a Python float scale is turned into a device tensor each call",
-       (FU, "return dummy, scale.value, 0",
-        "return torch.tensor(scale.value, dtype=torch.float32, device=dummy.device), 0.0, 1"),
+       (FU, "    return dummy, scale.value, 0, 0\n",
+        "    held = globals().setdefault('_held', [])\n"
+        "    held.append(torch.tensor([scale.value], dtype=torch.float32, device='cuda'))\n"
+        "    return held[-1].data_ptr(), 0.0, 1, 0\n"),
        tier="gpu", hint="a float scale under CUDA-graph capture (conformance/test_graphs.py)"),
     # -- rounding ------------------------------------------------------------------------------
     _m("single-rounding", "the intermediate rounding to the input dtype is skipped",
