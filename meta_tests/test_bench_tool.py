@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 from kernel import RECIPES
 from tools import bench
@@ -11,13 +12,20 @@ from tools import bench
 def test_grid_full_for_default_recipe_corner_for_others():
     args = bench.parse_args([])
     grid = bench.grid(args, list(RECIPES), "unfused")
-    default = [g for g in grid if g[0] == "unfused"]
+    main = [g[1:] for g in grid if not g[0]]
+    default = [g for g in main if g[0] == "unfused"]
     assert len(default) == len(bench.TOKENS) * len(bench.HEAD_SHAPES), default
-    others = [g for g in grid if g[0] != "unfused"]
+    others = [g for g in main if g[0] != "unfused"]
     assert {g[1] for g in others} == set(bench.OTHER_TOKENS), others
     assert {g[3] for g in others} <= set(bench.OTHER_DIMS), others
-    quick = bench.parse_args(["--quick"])
-    assert {g[0] for g in bench.grid(quick, list(RECIPES), "unfused")} == {"unfused"}
+    # A row per mode (issue 26), the default recipe's, at every mode token count and shape.
+    modes = [g for g in grid if g[0]]
+    assert len(modes) == len(bench.MODES) * len(bench.MODE_TOKENS) * len(bench.MODE_HEAD_SHAPES), modes
+    assert {g[1] for g in modes} == {"unfused"}, modes
+    quick = bench.parse_args(["--quick", "--no-modes"])
+    assert {g[1] for g in bench.grid(quick, list(RECIPES), "unfused")} == {"unfused"}
+    pth = bench.parse_args(["--scale-kind", "per-token-head", "--no-modes"])
+    assert {g[1] for g in bench.grid(pth, list(RECIPES), "unfused")} == {"unfused"}
 
 
 def test_byte_accounting_and_rotation():
@@ -69,7 +77,7 @@ def test_compare_puts_another_runs_times_beside_each_row(tmp_path):
     path = tmp_path / "old.csv"
     bench.write_csv([old], path)
     baseline = bench.load_baseline(path)
-    assert baseline == {("unfused", "hardware", 16384, 8, 128): (31.0, 45.0)}, baseline
+    assert baseline == {("unfused", "hardware", "", 16384, 8, 128): (31.0, 45.0)}, baseline
     new = bench.Row("unfused", "hardware", 16384, 8, 128, old.bytes, fused_graph_us=29.0, copy_us=29.45)
     bench.attach_baseline(new, baseline, "unfused")
     # The old time is scored against this run's copy: 29.45 / 31.0 = 95.0% of the roofline.
@@ -81,9 +89,9 @@ def test_compare_puts_another_runs_times_beside_each_row(tmp_path):
 
 
 def test_variant_key_is_the_compiled_specialization():
-    """tools.variants: a float and a tensor scale are two variants (the float's placeholder pointer is
-    cache_loc's dtype), one with --fp32-placeholder; the key carries the compiled tile, not the
-    interpreter's."""
+    """tools.variants: a float and a tensor scale share a variant (scales reach the kernel as addresses:
+    a typed placeholder pointer made them two); an int32 cache_loc is its own; the key carries the
+    compiled tile, not the interpreter's."""
     from kernel.fused import tile_for
     from strategies.case import Case, Scale
     from tools.variants import variant_key
@@ -91,7 +99,7 @@ def test_variant_key_is_the_compiled_specialization():
     base = dict(num_tokens=100, num_heads=2, head_dim=64, page_size=16, num_pages=8, cache_loc=tuple(range(100)))
     by_float = Case(**base, k_scale=Scale("float", 0.5))
     by_tensor = Case(**base, k_scale=Scale("tensor1", 0.5))
-    assert variant_key(by_float, False) != variant_key(by_tensor, False)
-    assert variant_key(by_float, False, fp32_placeholder=True) == variant_key(by_tensor, False, fp32_placeholder=True)
+    assert variant_key(by_float, False) == variant_key(by_tensor, False)
+    assert variant_key(by_float, False) != variant_key(dataclasses.replace(by_float, loc_dtype="int32"), False)
     constexprs = dict(variant_key(by_float, False)[0])
     assert (constexprs["BLOCK_T"], constexprs["BLOCK_D"]) == tile_for(2 * 64, 2048)[::2]

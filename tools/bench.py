@@ -38,6 +38,16 @@ L2_BYTES = 60 * 2**20  # H200; rotate buffers until the rotation set is several 
 PAGE_SIZE = 16
 CALLS_PER_GRAPH = 10
 DECODE_SLACK_US = {"hardware": 0.4, "software": 0.6}  # decode target: the copy's time plus this
+# The modes beside the main grid's (issue 26): mode -> (scale kind, cache format, per-token-head scales' place).
+MODES = {
+    "per-head": ("per-head", "fp8_e4m3", None),
+    "e5m2": ("float", "fp8_e5m2", None),
+    "fnuz": ("float", "fp8_e4m3fnuz", None),
+    "per-token-head-inline": ("per-token-head", "fp8_e4m3", "inline"),
+    "per-token-head-separate": ("per-token-head", "fp8_e4m3", "separate"),
+}
+MODE_TOKENS = (1, 16384, 32768)
+MODE_HEAD_SHAPES = ((8, 128), (4, 256))
 
 
 @dataclass
@@ -50,6 +60,7 @@ class Row:
     H: int
     D: int
     bytes: int
+    mode: str = ""  # "" for the main grid (its scale kind and format are in the run's header), else a MODES key
     fused_graph_us: float = math.nan
     fused_eager_us: float = math.nan
     ref_eager_us: float = math.nan
@@ -100,19 +111,19 @@ def targets(row: Row, default_recipe: str) -> str:
     return " ".join(f"{name}:{'PASS' if ok else 'MISS'}" for name, ok in out)
 
 
-def load_baseline(path: Path) -> dict[tuple[str, str, int, int, int], tuple[float, float]]:
-    """(recipe, encoder, T, H, D) -> (fused graph us, fused eager us) from another run's bench.csv."""
+def load_baseline(path: Path) -> dict[tuple[str, str, str, int, int, int], tuple[float, float]]:
+    """(recipe, encoder, mode, T, H, D) -> (fused graph us, fused eager us) from another run's bench.csv."""
     with Path(path).open(newline="") as f:
-        return {(r["recipe"], r["encoder"], int(r["T"]), int(r["H"]), int(r["D"])):
+        return {(r["recipe"], r["encoder"], r.get("mode", ""), int(r["T"]), int(r["H"]), int(r["D"])):
                 (float(r["fused_graph_us"]), float(r["fused_eager_us"])) for r in csv.DictReader(f)}
 
 
 def attach_baseline(row: Row, baseline: dict, default_recipe: str) -> None:
     """Put the baseline's times for this row beside it, with the targets they would meet here."""
-    graph, eager = baseline.get((row.recipe, row.encoder, row.T, row.H, row.D), (math.nan, math.nan))
+    graph, eager = baseline.get((row.recipe, row.encoder, row.mode, row.T, row.H, row.D), (math.nan, math.nan))
     row.prev_graph_us, row.prev_eager_us = graph, eager
     if not math.isnan(graph):
-        as_prev = Row(row.recipe, row.encoder, row.T, row.H, row.D, row.bytes, fused_graph_us=graph,
+        as_prev = Row(row.recipe, row.encoder, row.T, row.H, row.D, row.bytes, row.mode, fused_graph_us=graph,
                       fused_eager_us=eager, copy_us=row.copy_us)
         row.prev_targets = targets(as_prev, default_recipe)
 
@@ -168,6 +179,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rep-ms", type=float, default=None, help="do_bench rep time per measurement (ms)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--no-host", action="store_true", help="skip the host-time table (tools.host_overhead)")
+    p.add_argument("--modes", type=comma_list(tuple(MODES)), default=tuple(MODES),
+                   help=f"the modes' rows beside the main grid (T in {MODE_TOKENS}, (H, D) in {MODE_HEAD_SHAPES}, "
+                   "default recipe; default: all)")
+    p.add_argument("--no-modes", action="store_true", help="the main grid only")
     p.add_argument("--compare", type=Path, default=None, metavar="OLD.csv",
                    help="another run's bench.csv: its fused times beside each row, scored against this run's copy")
     args = p.parse_args(argv)
@@ -182,15 +197,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def grid(args: argparse.Namespace, all_recipes: list[str], default_recipe: str) -> list[tuple[str, int, int, int]]:
-    """(recipe, T, H, D): the full grid for the default recipe, the roofline corner for the others."""
+def grid(args: argparse.Namespace, all_recipes: list[str],
+         default_recipe: str) -> list[tuple[str, str, int, int, int]]:
+    """(mode, recipe, T, H, D): the full grid for the default recipe, the roofline corner for the others
+    (mode ""; per-token-head has one recipe of its own, the default's grid stands for it), then each mode's
+    rows (default recipe)."""
     recipes = args.recipes or tuple(all_recipes)
+    if args.scale_kind == "per-token-head":
+        recipes = (default_recipe,)
     out = []
     for recipe in recipes:
         if recipe == default_recipe:
-            out += [(recipe, t, h, d) for h, d in args.heads_dims for t in args.tokens]
+            out += [("", recipe, t, h, d) for h, d in args.heads_dims for t in args.tokens]
         else:
-            out += [(recipe, t, h, d) for h, d in args.heads_dims if d in OTHER_DIMS for t in args.other_tokens]
+            out += [("", recipe, t, h, d) for h, d in args.heads_dims if d in OTHER_DIMS for t in args.other_tokens]
+    if not args.no_modes:
+        out += [(mode, default_recipe, t, h, d) for mode in args.modes for h, d in MODE_HEAD_SHAPES
+                for t in MODE_TOKENS]
     return out
 
 
@@ -225,15 +248,18 @@ def zeros_fp8(shape: tuple[int, ...], cache_dtype: str = "fp8_e4m3"):
 
 
 def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float", scale: float = 0.7,
-                locs: str = "random", cache_dtype: str = "fp8_e4m3") -> list[dict]:
+                locs: str = "random", cache_dtype: str = "fp8_e4m3", pth: str | None = "inline") -> list[dict]:
     """`sets` independent call arguments on CUDA (bf16 k, v from a seeded generator; zeroed fp8 paged
-    caches; slots a random permutation of the cache's, or 0..T-1), keyed like the call's arguments."""
+    caches; slots a random permutation of the cache's, or 0..T-1), keyed like the call's arguments.
+    Per-token-head scales go inline (caches widened by 4 bytes a head) or, pth="separate", to
+    [pages, page_size, H] float32 scale caches."""
     import torch
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(1234 + t + 7 * h + 13 * d)
     pages = -(-t // PAGE_SIZE)
-    pth = scale_kind == "per-token-head"  # dynamic scales, stored inline: caches widened by 4 bytes a head
-    width = d + 4 if pth else d
+    dynamic = scale_kind == "per-token-head"
+    width = d + 4 if dynamic and pth == "inline" else d
+    separate = dynamic and pth == "separate"
     out = []
     for _ in range(sets):
         slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if locs == "random"
@@ -247,7 +273,9 @@ def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float",
             v=torch.randn(t, h, d, device=dev, generator=g, dtype=torch.float32).to(torch.bfloat16),
             k_cache=zeros_fp8((pages, PAGE_SIZE, h, width), cache_dtype),
             v_cache=zeros_fp8((pages, PAGE_SIZE, h, width), cache_dtype),
-            cache_loc=slots.to(torch.int64), k_scale=s, v_scale=s, **({"per_token_head": True} if pth else {})))
+            cache_loc=slots.to(torch.int64), k_scale=s, v_scale=s, **({"per_token_head": True} if dynamic else {}),
+            **({"k_scale_cache": torch.zeros((pages, PAGE_SIZE, h), device=dev),
+                "v_scale_cache": torch.zeros((pages, PAGE_SIZE, h), device=dev)} if separate else {})))
     return out
 
 
@@ -284,13 +312,15 @@ def _run(args: argparse.Namespace) -> int:
     def graph_us(fn: Callable[[int], None], sets: int) -> float:
         return graph_replay_us(fn, sets, args.rep_ms)
 
-    def make_sets(t: int, h: int, d: int, sets: int) -> list[dict]:
-        return buffer_sets(t, h, d, sets, scale_kind=args.scale_kind, scale=args.scale, locs=args.locs,
-                           cache_dtype=args.cache_dtype)
+    def make_sets(mode: str, t: int, h: int, d: int, sets: int) -> list[dict]:
+        kind, cache_dtype, pth = MODES[mode] if mode else (args.scale_kind, args.cache_dtype, "inline")
+        return buffer_sets(t, h, d, sets, scale_kind=kind, scale=args.scale, locs=args.locs,
+                           cache_dtype=cache_dtype, pth=pth)
 
     def call(fn, s: dict, **kw) -> None:
-        if "per_token_head" in s:
-            kw["per_token_head"] = True
+        for name in ("per_token_head", "k_scale_cache", "v_scale_cache"):
+            if name in s:
+                kw[name] = s[name]
         fn(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"], s["v_scale"], PAGE_SIZE, **kw)
 
     compiled_ref = torch.compile(kernel.naive_fp8_set_kv_buffer, dynamic=True)
@@ -299,24 +329,25 @@ def _run(args: argparse.Namespace) -> int:
     launches: dict[str, object] = {}
     recipes_all = list(kernel.RECIPES)
     todo = grid(args, recipes_all, default)
-    if args.scale_kind == "per-token-head":  # one recipe of its own: the default's grid stands for it
-        todo = [row for row in todo if row[0] == default]
     baseline = load_baseline(args.compare) if args.compare else {}
     print(f"kvfp8 bench: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}; {len(todo)} shapes x encoders {args.encoders}; "
           f"scale {args.scale_kind} {args.scale}; locs {args.locs}; caches {args.cache_dtype}", flush=True)
 
-    def bench_shape(recipe: str, t: int, h: int, d: int) -> None:
-        nbytes = bytes_moved(t, h, d) + (t * h * 4 * 2 if args.scale_kind == "per-token-head" else 0)  # fp32 scales
+    def bench_shape(mode: str, recipe: str, t: int, h: int, d: int) -> None:
+        dynamic = (MODES[mode][0] if mode else args.scale_kind) == "per-token-head"
+        nbytes = bytes_moved(t, h, d) + (t * h * 4 * 2 if dynamic else 0)  # the fp32 scales K's and V's
         sets_n = rotation(nbytes)
-        sets = make_sets(t, h, d, sets_n)
+        sets = make_sets(mode, t, h, d, sets_n)
         if nbytes not in copy_cache:
             src = [torch.empty(nbytes // 2, dtype=torch.uint8, device=dev) for _ in range(sets_n)]
             dst = [torch.empty_like(x) for x in src]
             copy_cache[nbytes] = graph_us(lambda i: dst[i].copy_(src[i]), sets_n)
-        ref = reference(recipe, sets, sets_n) if recipe == default and not args.no_reference else None
-        for enc in args.encoders:
-            row = Row(recipe, enc, t, h, d, nbytes, copy_us=copy_cache[nbytes])
+        ref = reference(recipe, sets, sets_n) if recipe == default and not mode and not args.no_reference else None
+        # e4m3fnuz takes the software encoder whatever is asked (docs/e5m2.md): one row, not a copy of it
+        encoders = ("software",) if mode == "fnuz" and "software" in args.encoders else args.encoders
+        for enc in encoders:
+            row = Row(recipe, enc, t, h, d, nbytes, mode, copy_us=copy_cache[nbytes])
             run = lambda i, enc=enc: call(kernel.fused_fp8_set_kv_buffer, sets[i], recipe=recipe, encoder=enc)
             try:
                 row.fused_graph_us = graph_us(run, sets_n)
@@ -332,8 +363,8 @@ def _run(args: argparse.Namespace) -> int:
             row.targets = targets(row, default)
             if baseline:
                 attach_baseline(row, baseline, default)
-            if enc not in launches:
-                launches[enc] = count_launches(torch, lambda run=run: run(0))
+            if (mode or "main", enc) not in launches:
+                launches[mode or "main", enc] = count_launches(torch, lambda run=run: run(0))
             rows.append(row)
             print_row(row, header=len(rows) == 1)
             write_csv(rows, output_dir() / "bench.csv")  # after every row: a cut-off run keeps its rows
@@ -355,8 +386,8 @@ def _run(args: argparse.Namespace) -> int:
         call(kernel.naive_fp8_set_kv_buffer, dict(sets[0], k_cache=expected[0], v_cache=expected[1]), recipe=recipe)
         return ref_eager, ref_compiled, expected
 
-    for recipe, t, h, d in todo:
-        bench_shape(recipe, t, h, d)
+    for mode, recipe, t, h, d in todo:
+        bench_shape(mode, recipe, t, h, d)
         torch.cuda.empty_cache()
 
     folder = output_dir()
@@ -380,11 +411,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def print_row(row: Row, header: bool) -> None:
     if header:
-        print(f"{'recipe':<17}{'enc':<5}{'T':>6}{'HxD':>7} {'graph us':>9}{'GB/s':>7}{'%roof':>6} "
+        print(f"{'recipe / mode':<32}{'enc':<5}{'T':>6}{'HxD':>7} {'graph us':>9}{'GB/s':>7}{'%roof':>6} "
               f"{'eager us':>9}{'ref us':>9}{'cref us':>9}{'copy us':>8}{'xref':>6}{'xcref':>6}"
               f"{'prev gr':>8}{'prev %':>7}{'prev eg':>8} exact  targets")
     f = lambda x, w, p=1: f"{x:>{w}.{p}f}" if not math.isnan(x) else f"{'-':>{w}}"
-    print(f"{row.recipe:<17}{row.encoder[:4]:<5}{row.T:>6}{f'{row.H}x{row.D}':>7} {f(row.fused_graph_us, 9, 2)}"
+    label = f"{row.recipe} / {row.mode}" if row.mode else row.recipe
+    print(f"{label:<32}{row.encoder[:4]:<5}{row.T:>6}{f'{row.H}x{row.D}':>7} {f(row.fused_graph_us, 9, 2)}"
           f"{f(row.graph_gbps, 7, 0)}{f(row.graph_pct, 6)} {f(row.fused_eager_us, 9)}{f(row.ref_eager_us, 9)}"
           f"{f(row.ref_compiled_us, 9)}{f(row.copy_us, 8, 2)}{f(row.ref_eager_us / row.fused_eager_us, 6)}"
           f"{f(row.ref_compiled_us / row.fused_eager_us, 6)}{f(row.prev_graph_us, 8, 2)}"
@@ -405,6 +437,10 @@ def summarize(rows: list[Row], field: str = "targets", who: str = "") -> None:
     not_exact = [r for r in rows if r.bit_exact == "NO"]
     if not_exact:
         print(f"NOT BIT-EXACT against the reference: {[(r.encoder, r.T, r.H, r.D) for r in not_exact]}")
+    modes = [r for r in rows if r.mode and r.T == max(MODE_TOKENS)]
+    if modes:
+        print(f"modes at T = {max(MODE_TOKENS)}, graph-replayed, % of a copy of the same bytes: "
+              + ", ".join(f"{r.mode} {r.encoder} {r.H}x{r.D} {r.graph_pct:.1f}%" for r in modes))
 
 
 def count_launches(torch, fn: Callable[[], None]) -> object:
@@ -441,12 +477,12 @@ def plot(rows: list[Row], path: Path, default: str) -> None:
     except ImportError:
         print("matplotlib is not installed: no plot")
         return
-    shapes = sorted({(r.H, r.D) for r in rows if r.recipe == default})
+    shapes = sorted({(r.H, r.D) for r in rows if r.recipe == default and not r.mode})
     if not shapes:
         return
     fig, axes = plt.subplots(1, len(shapes), figsize=(4.2 * len(shapes), 3.8), squeeze=False, sharey=True)
     for ax, (h, d) in zip(axes[0], shapes):
-        sel = [r for r in rows if r.recipe == default and (r.H, r.D) == (h, d)]
+        sel = [r for r in rows if r.recipe == default and not r.mode and (r.H, r.D) == (h, d)]
         series: dict[str, list[tuple[int, float]]] = {}
         for r in sel:
             series.setdefault(f"fused {r.encoder}, graph", []).append((r.T, r.graph_pct))

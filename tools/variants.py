@@ -4,10 +4,10 @@ Draws N Cases (derandomized, `tools.throughput.draw_cases`) from `test_bit_exact
 each recipe, builds each on the CPU, and computes the key Triton specializes the kernel on: the
 constexprs (recipe switches, encoder, alignment, tile), the pointer dtypes and the warps, with the
 tiles a compiled launch would use. Prints the distinct keys per (encoder, recipe) test and over all
-of them, and how many values each dimension takes. `--fp32-placeholder` counts as if a float
-scale's placeholder pointer were always fp32 (today it is `cache_loc`, int32 or int64).
+of them, and how many values each dimension takes. (Scale tensors reach the kernel as integer
+addresses, so a float scale and a tensor scale share a variant.)
 
-    python -m tools.variants [--examples 150] [--fp32-placeholder]
+    python -m tools.variants [--examples 150]
 
 Each compile from scratch took about 0.34 s on the H200 (docs/results/h200-2026-12-03-e.md).
 """
@@ -26,7 +26,7 @@ from tools._cli import parser
 from tools.throughput import draw_cases
 
 
-def variant_key(case: Case, software: bool, fp32_placeholder: bool = False) -> tuple | None:
+def variant_key(case: Case, software: bool) -> tuple | None:
     """The specialization key of the compiled launch for this Case (None: no launch, T = 0)."""
     b = build(case, "cpu")
     plan = make_plan(b.k, b.v, b.k_cache, b.v_cache, b.cache_loc, b.k_scale, b.v_scale, case.page_size,
@@ -39,17 +39,13 @@ def variant_key(case: Case, software: bool, fp32_placeholder: bool = False) -> t
         _, args, constexprs, warps = fused.kernel_args(plan, software)
     finally:
         fused.interpreted = interpreted
-    pointers = [str(a.dtype) for a in args[:7]]  # k, v, both caches, cache_loc, both scales
-    if fp32_placeholder:
-        pointers[5:7] = ["torch.float32"] * 2
+    pointers = [str(a.dtype) for a in args[:5]]  # k, v, both caches, cache_loc (the scales are addresses)
     return tuple(sorted(constexprs.items())), tuple(pointers), warps
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser("variants", __doc__)
     p.add_argument("--examples", type=int, default=150, help="Cases a test (default 150, the gpu profile's)")
-    p.add_argument("--fp32-placeholder", action="store_true",
-                   help="count as if a float scale's placeholder pointer were fp32")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     every: set[tuple] = set()
@@ -57,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     for software in (False, True):
         for recipe in RECIPES:
             drawn = draw_cases(args.examples, "large", (recipe,))
-            keys = {k for k in (variant_key(c, software, args.fp32_placeholder) for c in drawn) if k}
+            keys = {k for k in (variant_key(c, software) for c in drawn) if k}
             every |= keys
             for constexprs, pointers, _ in keys:
                 c = dict(constexprs)
