@@ -1,24 +1,34 @@
 """The per-(token, head) FP8 write as one Triton launch: the spec of kernel/per_token_head.py, exactly.
 
-One program a token and BLOCK_H heads, each head's D values in one row of BLOCK_D lanes, so a head's
-amax is one in-register reduction. The launch creates no tensor and reads nothing back (graph-capturable).
+One program a [BLOCK_T tokens, BLOCK_H heads, BLOCK_D dims] tile of K and the same tile of V, each
+head's D values one row of BLOCK_D lanes, so a head's amax is one in-register reduction (axis 2); the
+grid covers token blocks and head blocks. The launch creates no tensor and reads nothing back
+(graph-capturable). Pointer alignment is not specialized (each of 7 pointers would double the compiled
+variants); instead VEC, set by the wrapper after it checked strides and base addresses, says how many
+elements of a head's row a thread may move at once (see `_vec`).
 Exactness, on GPU and in the interpreter alike:
-- NaN never reaches tl.max or a min/max: lanes holding NaN enter the max as 0 and a head's NaN is
-  tracked as a flag, then s = NaN by an explicit select (Triton's NaN rule for max differs between the
-  compiled reduction, which drops NaN, and the interpreter's numpy, which keeps it);
-- both divisions are `tl.math.div_rn` (IEEE; Triton's `/` is the approximate div.full.f32);
+- NaN never reaches a floating-point max or min: a head's amax is the integer max of its |x|'s bit
+  patterns, which order like the values, and a NaN's bits exceed inf's, so the same max says whether
+  the head holds a NaN (a flag), and s = NaN by an explicit select (Triton's NaN rule for a float max
+  differs between the compiled reduction, which drops NaN, and the interpreter's numpy, which keeps it);
+- the two per-head divisions are `tl.math.div_rn` (IEEE; Triton's `/` is the approximate div.full.f32);
+  per element, vLLM's recipe multiplies by the IEEE reciprocal and FlashInfer's divides, correctly rounded
+  by kernel/triton_kernel.py's Markstein sequence where tl.fma rounds once (EXACT_FMA), else by div_rn;
 - the floors and the NaN scale are fp32 bit patterns, not literals left to a compiler to round;
 - the e4m3 encoders are kernel/triton_kernel.py's (software: exact integer operations, for the
-  interpreter and below sm_89; hardware: cvt.rn.satfinite).
+  interpreter and below sm_89; hardware: cvt.rn.satfinite), both saturating at ±448 with NaN passing
+  as 0x7F, which is the recipe's clamp, so the clamp is not repeated before them.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
 import triton.language as tl
 
-from kernel.backend import interpreted, resolve_encoder
+from kernel.backend import fma_is_exact, interpreted, resolve_encoder
 from kernel.fused import _pow2_at_least
 from kernel.per_token_head import (
     FLOOR_FLASHINFER,
@@ -31,8 +41,9 @@ from kernel.per_token_head import (
 )
 from kernel.plan import Plan
 from kernel.recipe import DEFAULT_RECIPE
-from kernel.triton_kernel import _e4m3_hw, _e4m3_sw
+from kernel.triton_kernel import _e4m3_hw, _e4m3_sw, _markstein
 
+POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr", "ks_ptr", "vs_ptr"]
 INT_ARGS = [
     "T", "H", "D", "page_size", "num_slots", "loc_stride",
     "k_st", "k_sh", "k_sd", "v_st", "v_sh", "v_sd",
@@ -47,21 +58,39 @@ def _f32(bits: tl.constexpr):
 
 
 @triton.jit
-def _write_one(x_ptr, x_row, x_sh, x_sd, c_ptr, c_row, c_sh, c_sd, s_ptr, s_row, s_sh,
-               h64, d64, h_ok, inside, writes, D,
-               VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr,
-               FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
-    """Quantize one token's [BLOCK_H, BLOCK_D] heads of K (or V) and store bytes and scales where `writes`
-    ([BLOCK_H]: the head exists and the token's slot is in range)."""
-    x = tl.load(x_ptr + x_row + h64[:, None] * x_sh + d64[None, :] * x_sd, mask=inside, other=0.0)
-    if SOFTWARE and x_ptr.dtype.element_ty == tl.bfloat16:
+def _rows(base, rows, h64, s_h, ALIGN: tl.constexpr):
+    """[BT, BH] pointers to each head's first element from each token's row offset (in elements);
+    ALIGN > 1: the wrapper has checked that every one of them is ALIGN-byte aligned."""
+    ptrs = base + (rows[:, None] + h64[None, :] * s_h)
+    if ALIGN > 1:
+        ptrs = tl.multiple_of(ptrs, (ALIGN, ALIGN))
+    return ptrs
+
+
+@triton.jit
+def _tile(rows, d64, s_d, VEC: tl.constexpr):
+    """[BT, BH, BD] pointers of the heads' elements; with VEC > 1 dims are unit-stride (wrapper-checked),
+    which tells Triton the row is contiguous."""
+    if VEC > 1:
+        return rows[:, :, None] + d64[None, None, :]
+    return rows[:, :, None] + (d64 * s_d)[None, None, :]
+
+
+@triton.jit
+def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
+                    FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
+    """[BT, BH, BD] input values -> (e4m3 bytes [BT, BH, BD], each head's fp32 scale [BT, BH]).
+    Lanes outside the heads hold 0 (the loads' `other`), which never raises an amax."""
+    if SOFTWARE and x.dtype == tl.bfloat16:
         # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (kernel/triton_kernel.py).
         x32 = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     else:
         x32 = x.to(tl.float32)
-    is_nan = x32 != x32
-    amax = tl.max(tl.where(is_nan, 0.0, tl.abs(x32)), axis=1)  # NaN-free: exact on every backend
-    has_nan = tl.max(is_nan.to(tl.int32), axis=1) > 0
+    # |x|'s bits as integers order like |x| (+0 < subnormals < normals < inf < NaNs): one exact max on
+    # every backend gives amax and, above inf's bits, the head's NaN flag.
+    amax_bits = tl.max(x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    has_nan = amax_bits > 0x7F800000
+    amax = tl.where(has_nan, 0, amax_bits).to(tl.float32, bitcast=True)
     q_max = tl.zeros_like(amax) + 448.0
     if VLLM:
         s = tl.math.div_rn(amax, q_max)
@@ -70,53 +99,81 @@ def _write_one(x_ptr, x_row, x_sh, x_sd, c_ptr, c_row, c_sh, c_sd, s_ptr, s_row,
         s = tl.math.div_rn(tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax), q_max)
     s = tl.where(has_nan, _f32(NAN_BITS), s)
     if VLLM:
-        y = x32 * tl.math.div_rn(tl.zeros_like(s) + 1.0, s)[:, None]
-        y = tl.where(y > 448.0, 448.0, tl.where(y < -448.0, -448.0, y))  # tl.clamp; NaN passes
+        y = x32 * tl.math.div_rn(tl.zeros_like(s) + 1.0, s)[:, :, None]
+    elif EXACT_FMA:
+        # s = max(amax, 1e-12) / 448 lies in [2**-49, 2**120] (or is inf or NaN, whose quotients Markstein's
+        # sequence gets right: x / inf = ±0, inf / inf and NaN: NaN), inside its exact range [2**-64, 2**126].
+        y = _markstein(x32, s[:, :, None])
     else:
-        y = tl.math.div_rn(x32, s[:, None] + tl.zeros_like(x32))
+        y = tl.math.div_rn(x32, s[:, :, None] + tl.zeros_like(x32))
     if SOFTWARE:
         byte = _e4m3_sw(y, True, False, False, False)  # e4m3 only (no E5M2, no FNUZ)
     else:
         byte = _e4m3_hw(y, True, False)
-    tl.store(c_ptr + (c_row + h64 * c_sh)[:, None] + d64[None, :] * c_sd, byte, mask=inside & writes[:, None])
+    return byte, s
+
+
+@triton.jit
+def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d64, mask, writes, D,
+                 INLINE: tl.constexpr, VEC: tl.constexpr):
+    """Store a tile's bytes where `mask`, and each head's scale where `writes` ([BT, BH]: the head exists
+    and its token's slot is in range)."""
+    rows = _rows(c_ptr, c_slot, h64, c_sh, VEC)  # cache bytes: VEC-byte rows
+    tl.store(_tile(rows, d64, c_sd, VEC), byte, mask=mask)
     if INLINE:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
         j = tl.arange(0, 4)
         bits = s.to(tl.uint32, bitcast=True)
-        b = ((bits[:, None] >> (j * 8).to(tl.uint32)[None, :]) & 0xFF).to(tl.uint8)
-        ptrs = c_ptr + (c_row + h64 * c_sh)[:, None] + (D + j).to(tl.int64)[None, :] * c_sd
-        tl.store(ptrs, b, mask=writes[:, None] & (j < 4)[None, :])
+        b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
+        at = rows + D * c_sd.to(tl.int64)  # position D of each head's slot
+        if VEC >= 4:  # unit dim stride and D a multiple of VEC: 4-byte aligned (a 32-bit store may do)
+            at = tl.multiple_of(at, (4, 4))
+        tl.store(_tile(at, j.to(tl.int64), c_sd, VEC), b, mask=writes[:, :, None] & (j < 4)[None, None, :])
     else:
-        tl.store(s_ptr + s_row + h64 * s_sh, s, mask=writes)
+        tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
 
-@triton.jit(do_not_specialize=INT_ARGS)
+@triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def per_token_head_write(
     k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
     T, H, D, page_size, num_slots, loc_stride,
     k_st, k_sh, k_sd, v_st, v_sh, v_sd,
     kc_sp, kc_so, kc_sh, kc_sd, vc_sp, vc_so, vc_sh, vc_sd,
     ks_sp, ks_so, ks_sh, vs_sp, vs_so, vs_sh,
-    VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr,
+    VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    VEC: tl.constexpr, X_ALIGN: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    t = tl.program_id(0).to(tl.int64)
-    h64 = (tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)).to(tl.int64)
-    d64 = tl.arange(0, BLOCK_D).to(tl.int64)
-    h_ok = h64 < H
-    inside = h_ok[:, None] & (d64 < D)[None, :]
-    # The token's slot, once a head lane: masks stay vectors (the interpreter refuses a scalar's in a store).
-    loc = tl.load(loc_ptr + t * loc_stride + tl.zeros_like(h64)).to(tl.int64)
-    in_range = (loc >= 0) & (loc < num_slots)  # padding and out-of-range slots write nothing
-    writes = h_ok & in_range
-    page = tl.where(in_range, loc, 0) // page_size  # [BLOCK_H], the same in every lane
-    offset = tl.where(in_range, loc, 0) - page * page_size
-    _write_one(k_ptr, t * k_st, k_sh, k_sd, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
-               ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, h_ok, inside, writes, D,
-               VLLM, INLINE, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS)
-    _write_one(v_ptr, t * v_st, v_sh, v_sd, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
-               vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, h_ok, inside, writes, D,
-               VLLM, INLINE, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    d = tl.arange(0, BLOCK_D)
+    t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)  # offsets are 64-bit safe
+
+    d_ok = d < D
+    if VEC > 1:
+        d_ok = tl.max_constancy(d_ok, VEC)  # D % VEC == 0, so the mask is constant per VEC dims
+    inside = (t < T)[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
+
+    # Padding (negative) and out-of-range slots write nothing, whatever cache_loc holds.
+    loc = tl.load(loc_ptr + t64 * loc_stride, mask=t < T, other=-1).to(tl.int64)
+    in_range = (t < T) & (loc >= 0) & (loc < num_slots)
+    slot = tl.where(in_range, loc, 0)
+    page = slot // page_size
+    offset = slot - page * page_size
+    writes = in_range[:, None] & (h < H)[None, :]
+    mask = inside & in_range[:, None, None]
+
+    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
+    # need not wait for cache_loc; K's and V's are both issued before any store, since the stores may
+    # alias the inputs as far as the compiler knows (kernel/triton_kernel.py does the same).
+    xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
+    xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
+    bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
+    _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
+                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC)
+    bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
+    _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
+                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC)
 
 
 def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, int]:
@@ -126,6 +183,57 @@ def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, i
     if sc.dim() == 2:
         return page_size * sc.stride(0), sc.stride(0), sc.stride(1)
     return sc.stride(0), sc.stride(1), sc.stride(2)
+
+
+def _alignment(*byte_offsets: int) -> int:
+    """The largest power of two up to 16 dividing every offset (0 divides by anything)."""
+    return math.gcd(16, *byte_offsets)
+
+
+def _vec(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor) -> int:
+    """Elements of a head's row that one thread loads and stores at once (1: no alignment hint).
+
+    Every dim stride must be 1. Then each input row is 16-, 8-, ... byte aligned as the gcd of the base
+    addresses and the token and head strides in bytes says, and each cache row (bytes) likewise; the
+    inline layout's head stride D + 4 allows at most 4. VEC is the smaller of the two in elements, so
+    that loads and stores share one register layout (a wider load than store would be regrouped through
+    shared memory between them), and divides D, so that no masked lane splits a vector. Only 4 and 8 are
+    used (16 would need 1-byte inputs): 2 would gain little and add compiled variants."""
+    k, v = plan.k, plan.v
+    kcs, vcs = Plan.cache_strides(kc, plan.page_size), Plan.cache_strides(vc, plan.page_size)
+    if not k.stride(2) == v.stride(2) == kcs[3] == vcs[3] == 1:
+        return 1
+    size = k.element_size()
+    x = _alignment(k.data_ptr(), v.data_ptr(), *(s * size for s in (*k.stride()[:2], *v.stride()[:2])))
+    c = _alignment(kc.data_ptr(), vc.data_ptr(), *kcs[:3], *vcs[:3])
+    vec = max(1, min(x // size, c))
+    while plan.head_dim % vec:
+        vec //= 2
+    return vec if vec >= 4 else 1
+
+
+def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps). BLOCK_D is D's next power of two: a head's amax needs its
+    whole row in one program.
+
+    Compiled, 4 warps, element counts as kernel/fused.py's choose_tile measured them for the per-tensor
+    kernel (docs/results/kernel-design-2026-12-02.md): 1024 elements for decode (T <= 64), where smaller,
+    sooner-starting programs matter more than work a program; 2048 for prefill on the hardware encoder,
+    4096 on the ALU-bound software one. The heads take what the tile holds, the rest is whole tokens;
+    a tile spans at least two (token, head) rows, since Triton 3.6 fails to compile [1, 1, N] tiles whose
+    row pointers carry an alignment hint. Two token buckets keep the compiled variants few.
+    Interpreted: each program costs milliseconds, so tiles are larger, but small enough that CI's cases
+    span several programs on the token and head axes (T > 8, H > 4).
+    """
+    block_d = _pow2_at_least(dim)
+    if interpreted():
+        return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), block_d, 1
+    elements = 1024 if num_tokens <= 64 else (4096 if software else 2048)
+    block_h = min(_pow2_at_least(heads), max(1, elements // block_d))
+    block_t = max(1, elements // (block_h * block_d))
+    if block_t * block_h == 1:
+        block_t = 2
+    return block_t, block_h, block_d, 4
 
 
 def launch_per_token_head(plan: PTHPlan, encoder: str | None = None) -> None:
@@ -139,24 +247,24 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None) -> None:
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.k.device}")
     software = resolve_encoder(encoder, plan.k.device) == "software"
-    block_d = _pow2_at_least(plan.head_dim)
-    cap = 4 if interpreted() else max(1, 2048 // block_d)
-    block_h = min(_pow2_at_least(plan.num_heads), cap)
-    grid = (plan.num_tokens, triton.cdiv(plan.num_heads, block_h))
+    block_t, block_h, block_d, warps = choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software)
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h))
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     # Inline: the scale pointers are unused; the cache_loc tensor stands in (no tensor is made).
     ks = plan.k_scale_cache if plan.k_scale_cache is not None else plan.cache_loc
     vs = plan.v_scale_cache if plan.v_scale_cache is not None else plan.cache_loc
+    vec = _vec(plan, kc, vc)
     per_token_head_write[grid](
         plan.k, plan.v, kc, vc, plan.cache_loc, ks, vs,
         plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots, plan.cache_loc.stride(0),
         *plan.k.stride(), *plan.v.stride(),
         *Plan.cache_strides(plan.k_cache, plan.page_size), *Plan.cache_strides(plan.v_cache, plan.page_size),
         *_scale_strides(plan.k_scale_cache, plan.page_size), *_scale_strides(plan.v_scale_cache, plan.page_size),
-        VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software,
+        VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software, EXACT_FMA=fma_is_exact(),
         FLOOR_V=fp32_bits(FLOOR_VLLM), FLOOR_F=fp32_bits(FLOOR_FLASHINFER), NAN_BITS=NAN_SCALE_BITS,
-        BLOCK_H=block_h, BLOCK_D=block_d, num_warps=1 if interpreted() else 4,
+        VEC=vec, X_ALIGN=vec * plan.k.element_size() if vec > 1 else 1,
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
     )
 
 
