@@ -25,6 +25,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.budgets import share
 from conformance.cachemap import CACHES
 from conformance.conventions import POSITIONAL
 from conformance.harness import abandon_if_context_lost, fail
@@ -254,6 +255,7 @@ def _mutated(before: Call, after: Call) -> list[str]:
 
 
 @pytest.mark.parametrize("mutation", [pytest.param(m, id=m.name) for m in MUTATIONS])
+@share(3)  # one mutation over small layouts: validation has few branches, and the tests are 62 x 2 x 2
 @given(data=st.data())
 def test_invalid_argument_raises_and_writes_nothing(data, mutation: Mutation, target: str,
                                                     impl: Implementation, device):

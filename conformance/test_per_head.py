@@ -18,9 +18,10 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from conformance.budgets import share
 from conformance.bytediff import compare_caches
 from conformance.harness import fail, run_impl, run_reference
 from conformance.impls import test_device as _test_device  # not collected as a test
@@ -40,11 +41,8 @@ def _per_head(built: Built, name: str, values: tuple[float, ...], step: int) -> 
 
 
 # The per-head and format properties vary what the per-tensor e4m3 ones hold fixed (the scale's index, the
-# encoder's constants) over layouts that run the same kernel code as test_bit_exact's, and nearly every drawn
-# layout is its own compiled variant (0.3 s each on the H200: docs/results/h200-2026-12-04-c.md). So they
-# run a third of the profile's examples (at least 25, at most the profile's).
-_PROFILE = settings().max_examples
-variant_settings = settings(max_examples=min(_PROFILE, max(25, _PROFILE // 3)))
+# encoder's constants) over layouts that run the same kernel code as test_bit_exact's: a third of the examples.
+variant_settings = share(3)
 
 
 def _skip_unless_per_head(impl) -> None:

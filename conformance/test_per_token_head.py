@@ -21,16 +21,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kernel
+from conformance.budgets import share
 from conformance.harness import fail
 from conformance.impls import test_device as _test_device  # not collected as a test
 from conformance.pth_bytediff import bits as _bytes
 from conformance.pth_bytediff import located_diff
+from conformance.test_graphs import graph_settings
 from kernel.recipe import DEFAULT_PTH_RECIPE, PTH_RECIPES
 from strategies.case import Case, Layout
 from strategies.cases import cases
 from strategies.per_token_head import LAYOUTS, PTH_MODES, PTHBuilt, PTHCase, build_pth, pth_cases
 
 FIRST_N = 8
+
+# These re-draw the layouts test_per_token_head_is_bit_exact covers, to check one more thing each.
+redrawn = share(3)
 
 
 def _takes_mode(impl) -> bool:
@@ -128,6 +133,7 @@ def test_per_token_head_is_bit_exact(data, layout, impl, device):
         _fail(impl, f"differs from the reference ({_describe(pc)}):", report, pc)
 
 
+@redrawn
 @given(data=st.data())
 def test_padding_and_out_of_range_slots_write_nothing(data, impl, device):
     """A call whose every cache_loc entry is negative or >= the number of slots changes no byte."""
@@ -236,6 +242,7 @@ def test_invalid_arguments_raise_before_writing(name, layout, change, kind, mess
 @pytest.mark.cuda
 @pytest.mark.skipif(_test_device().type != "cuda", reason="CUDA graphs need CUDA (no CUDA device here, or "
                                                         "TRITON_INTERPRET is set)")
+@graph_settings
 @given(data=st.data())
 def test_per_token_head_replays_from_a_cuda_graph(data, impl, device):
     """A captured per-token-head call, replayed after new K/V values are copied in, writes what the
@@ -300,6 +307,7 @@ def test_edge_case_heads_as_documented(mode, which, impl, device):
 
 # -- the other families, on per-token-head writes ----------------------------------------------------
 
+@redrawn
 @given(data=st.data())
 def test_a_second_call_of_a_layout_is_bit_exact(data, impl, device):
     """Repeat: the same layouts again with other values (a second seed): no state of the first call leaks."""
@@ -318,6 +326,7 @@ def test_a_second_call_of_a_layout_is_bit_exact(data, impl, device):
         _fail(impl, f"a second call of one layout differs from the reference ({_describe(second)}):", report, second)
 
 
+@redrawn
 @given(data=st.data())
 def test_uint8_and_fp8_caches_hold_the_same_bytes(data, impl, device):
     """Equivalence: a uint8 cache gets the bytes a float8_e4m3fn cache gets, stored scales included."""

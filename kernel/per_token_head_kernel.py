@@ -225,36 +225,44 @@ def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tu
     Interpreted: each program costs milliseconds, so tiles are larger, but small enough that CI's cases
     span several programs on the token and head axes (T > 8, H > 4).
     """
-    block_d = _pow2_at_least(dim)
     if interpreted():
-        return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), block_d, 1
-    elements = 1024 if num_tokens <= 64 else (4096 if software else 2048)
+        return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), _pow2_at_least(dim), 1
+    return pth_tile_for(heads, dim, 1024 if num_tokens <= 64 else (4096 if software else 2048))
+
+
+def pth_tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps) of a compiled tile of about `elements` elements."""
+    block_d = _pow2_at_least(dim)
     block_h = min(_pow2_at_least(heads), max(1, elements // block_d))
     block_t = max(1, elements // (block_h * block_d))
     if block_t * block_h == 1:
         block_t = 2
-    return block_t, block_h, block_d, 4
+    return block_t, block_h, block_d, warps
 
 
-def launch_per_token_head(plan: PTHPlan, encoder: str | None = None) -> None:
-    """Run the kernel for a validated plan (nothing to do for T == 0)."""
+def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
+                          vec: int | None = None) -> None:
+    """Run the kernel for a validated plan (nothing to do for T == 0).
+    `tile` (elements, num_warps) and `vec` (a narrower VEC than `_vec` allows) replace the wrapper's choice on
+    CUDA: for tuning sweeps (tools.tile_sweep --per-token-head)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.k.device):  # Triton launches on the current device (docs/facts.md)
-            return launch_per_token_head(plan, encoder)
+            return launch_per_token_head(plan, encoder, tile=tile, vec=vec)
     if plan.k.device.type != "cuda" and not interpreted():
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.k.device}")
     software = resolve_encoder(encoder, plan.k.device) == "software"
-    block_t, block_h, block_d, warps = choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software)
+    block_t, block_h, block_d, warps = (pth_tile_for(plan.num_heads, plan.head_dim, *tile) if tile else
+                                        choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software))
     grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h))
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     # Inline: the scale pointers are unused; the cache_loc tensor stands in (no tensor is made).
     ks = plan.k_scale_cache if plan.k_scale_cache is not None else plan.cache_loc
     vs = plan.v_scale_cache if plan.v_scale_cache is not None else plan.cache_loc
-    vec = _vec(plan, kc, vc)
+    vec = _vec(plan, kc, vc) if vec is None else min(vec, _vec(plan, kc, vc))
     per_token_head_write[grid](
         plan.k, plan.v, kc, vc, plan.cache_loc, ks, vs,
         plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots, plan.cache_loc.stride(0),

@@ -10,7 +10,9 @@ reference once per configuration:
 - prefill: T = 32768, each of --shapes (H x D), every recipe, each of --encoders;
 - decode: T = 1, 8, 64 at each of --decode-shapes, recipe unfused, hardware encoder, beside two
   floors (an empty Triton kernel and a Triton copy of the same bytes, graph-replayed).
-Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The H200 run that chose the current
+`--per-token-head` sweeps the per-(token, head) kernel instead (kernel.per_token_head_kernel, both scale
+layouts, `--tiles` at T = 32768, each VEC up to the one its layout allows; the recipe is its own, checked
+against its spec). Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The H200 run that chose the current
 buckets is docs/results/tile-sweep-2026-12-02-final.csv (docs/results/README.md has its command).
 """
 
@@ -36,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-tiles", type=_pairs, default=_pairs("512x4,1024x4,1024x2,2048x4,2048x8"))
     p.add_argument("--decode-shapes", type=_pairs, default=_pairs("8x128"), help="decode shapes as HxD")
     p.add_argument("--rep-ms", type=float, default=20.0)
+    p.add_argument("--per-token-head", action="store_true", help="sweep the per-(token, head) kernel's tiles")
     args = p.parse_args(argv)
 
     if cuda_missing("tools.tile_sweep", "it times compiled tiles"):
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"tile sweep on {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     t = 32768
+    if args.per_token_head:
+        return _sweep_pth(args, graph_us, copy_us, rows)
     for h, d in args.shapes:
         sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)))
         for encoder in args.encoders:
@@ -123,12 +128,62 @@ def main(argv: list[str] | None = None) -> int:
         for elements, warps in args.decode_tiles:
             measure("decode", t, h, d, "unfused", "hardware", elements, warps, sets)
 
+    _write(rows)
+    return 0 if all(r["bit_exact"] for r in rows) else 1
+
+
+def _write(rows: list[dict]) -> None:
     path = output_dir() / "tile_sweep.csv"
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {path}")
+
+
+def _sweep_pth(args, graph_us, copy_us, rows: list[dict]) -> int:
+    """The per-token-head kernel: each layout, encoder, tile and VEC at T = 32768, bit-exact once each."""
+    import torch
+
+    from kernel.per_token_head import make_pth_plan, write_per_token_head
+    from kernel.per_token_head_kernel import launch_per_token_head
+
+    def plan(s: dict, caches=None):
+        k_cache, v_cache, ks, vs = caches or (s["k_cache"], s["v_cache"], s.get("k_scale_cache"),
+                                              s.get("v_scale_cache"))
+        return make_pth_plan(s["k"], s["v"], k_cache, v_cache, s["cache_loc"], None, None, PAGE_SIZE,
+                             per_token_head=True, k_scale_cache=ks, v_scale_cache=vs)
+
+    t = 32768
+    for h, d in args.shapes:
+        for layout in ("inline", "separate"):
+            nbytes = bytes_moved(t, h, d) + t * h * 4 * 2
+            sets = buffer_sets(t, h, d, rotation(nbytes), scale_kind="per-token-head", pth=layout)
+            expected = [torch.zeros_like(x) if x is not None else None
+                        for x in (sets[0]["k_cache"], sets[0]["v_cache"], sets[0].get("k_scale_cache"),
+                                  sets[0].get("v_scale_cache"))]
+            write_per_token_head(plan(sets[0], expected))
+            c = copy_us(nbytes)
+            for encoder in args.encoders:
+                for elements, warps in args.tiles:
+                    for vec in (8, 4, 1):
+                        plans = [plan(s) for s in sets]
+
+                        def run(i: int, plans=plans, encoder=encoder, tile=(elements, warps), vec=vec) -> None:
+                            launch_per_token_head(plans[i], encoder, tile=tile, vec=vec)
+                        us = graph_us(run, len(sets))
+                        got = [x for x in (sets[0]["k_cache"], sets[0]["v_cache"], sets[0].get("k_scale_cache"),
+                                           sets[0].get("v_scale_cache")) if x is not None]
+                        ok = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                                 for a, b in zip(got, [x for x in expected if x is not None]))
+                        rows.append(dict(phase=f"pth-{layout}", T=t, H=h, D=d, recipe="per-token-head",
+                                         encoder=encoder, tile_elements=elements, warps=warps, vec=vec,
+                                         us=f"{us:.3f}", copy_us=f"{c:.3f}", pct_roofline=f"{100 * c / us:.1f}",
+                                         bit_exact=ok))
+                        print(f"pth-{layout:<9}{h}x{d:<4}{encoder[:4]:<5}{elements:>6}x{warps:<2} vec {vec} "
+                              f"{us:9.2f} us {100 * c / us:6.1f}%  exact={ok}", flush=True)
+            del sets
+    _write(rows)
     return 0 if all(r["bit_exact"] for r in rows) else 1
 
 
