@@ -254,15 +254,19 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.k.device}")
     software = resolve_encoder(encoder, plan.k.device) == "software"
-    block_t, block_h, block_d, warps = (pth_tile_for(plan.num_heads, plan.head_dim, *tile) if tile else
-                                        choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software))
-    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h))
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
+    vec = _vec(plan, kc, vc) if vec is None else min(vec, _vec(plan, kc, vc))
+    block_t, block_h, block_d, warps = (pth_tile_for(plan.num_heads, plan.head_dim, *tile) if tile else
+                                        choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software))
+    if vec == 1 and not tile and not interpreted():
+        # Unvectorized, larger tiles spill: 1024 elements ran at 28.6 % of a copy, 2048 at 8.1 %, 4096 at 3.9 %
+        # (T = 32768, 8x128, docs/results/h200-2026-12-04-c.md).
+        block_t, block_h, block_d, warps = pth_tile_for(plan.num_heads, plan.head_dim, 1024)
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h))
     # Inline: the scale pointers are unused; the cache_loc tensor stands in (no tensor is made).
     ks = plan.k_scale_cache if plan.k_scale_cache is not None else plan.cache_loc
     vs = plan.v_scale_cache if plan.v_scale_cache is not None else plan.cache_loc
-    vec = _vec(plan, kc, vc) if vec is None else min(vec, _vec(plan, kc, vc))
     per_token_head_write[grid](
         plan.k, plan.v, kc, vc, plan.cache_loc, ks, vs,
         plan.num_tokens, plan.num_heads, plan.head_dim, plan.page_size, plan.num_slots, plan.cache_loc.stride(0),
