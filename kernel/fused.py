@@ -93,7 +93,8 @@ def tile_for(dim: int, elements: int, warps: int = 4) -> tuple[int, int, int, in
     docs/results/kernel-design-2026-12-02.md); otherwise D's next power of two, at least 64, masked.
     At most 512, and at most half the tile: Triton 3.6's coalescing pass fails to compile a [1, 1, N]
     tile whose row pointers carry the alignment hint (PassManager::run failed on the H200), so a tile
-    always spans at least two tokens. BLOCK_H is 1: the rest of the tile is whole tokens.
+    always spans at least two tokens. BLOCK_H is 1: the rest of the tile is whole tokens (per-head scales:
+    `heads_in_tile` then spans several heads).
     Every contiguous layout is folded to one head of H*D elements (`geometry`), so this only
     changes tiles for strided heads, which no measured shape has; and the tile depends on nothing
     but D's power-of-two factors and the bucket, so the test suite's thousands of odd shapes need
