@@ -279,3 +279,61 @@ def test_what_a_stray_write_corrupts_goes_to_the_one_defect_that_writes_out_of_p
     _attribute_crashes(groups)
     assert sorted(groups) == sorted([reader, writer]) and len(groups[writer]) == 3, groups
     assert all(f.facts["symptom_of"] == writer for f in symptoms.values())
+
+
+def _clamped_before_dividing(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                             use_triton=True, *, recipe="divide", checked=False):
+    """Clamps each input to ±448 before dividing by its scale (the quotient, not the input, is what the
+    recipe clamps): wrong only where |x| > 448 and the scale is above 1."""
+    _reference(k.float().clamp(-448, 448), v.float().clamp(-448, 448), k_cache, v_cache, cache_loc, k_scale,
+               v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _toward_zero_impl(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                      use_triton=True, *, recipe="divide", checked=False):
+    """Rounds every quotient toward zero (RNE's byte minus one in magnitude where that overshot)."""
+    from kernel.plan import make_plan
+    from kernel.reference import _magnitudes, encode_e4m3, scaled
+    plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    for x, cache, scale in ((k, k_cache, plan.k_scale), (v, v_cache, plan.v_scale)):
+        y = scaled(x, scale, plan.recipe)
+        e = encode_e4m3(y, plan.recipe)
+        table = _magnitudes(y.device)
+        mag = (e & 0x7F).long()
+        over = (mag < 0x7F) & (mag > 0) & (table[mag.clamp(max=0x7E)] > y.abs().double())
+        e = torch.where(over, e - 1, e)
+        slots = cache_loc.long()
+        ok = (slots >= 0) & (slots < cache.shape[0] * page_size)
+        cache.view(torch.uint8).view(-1, *cache.shape[2:])[slots[ok]] = e[ok]
+
+
+def _by_chance_cases() -> list[Case]:
+    # As test_ties draws them: every element a tie. K's others are 2**-10 after scaling (0 under either
+    # rounding), V's are 0.0003 at scale 1: nothing but the 465 tells the recipe's rounding from rounding
+    # toward zero, which gives the clamped quotient's byte there.
+    bits = lambda x: int(torch.tensor(x, dtype=torch.float32).view(torch.int32))  # noqa: E731
+    ties = tuple(Override("k", i, bits(465.0 if i == 5 else 7.5 * 2**-10), "e4m3-tie") for i in range(8)) + \
+        tuple(Override("v", i, bits(0.0003), "e4m3-tie") for i in range(8))
+    tie = Case(num_tokens=1, num_heads=1, head_dim=8, page_size=16, num_pages=1, cache_loc=(0,),
+               input_dtype="float32", k_scale=Scale("tensor1", 7.5), v_scale=Scale("tensor1", 1.0),
+               overrides=ties, recipe="divide")
+    # A scale of 3.4e38: every byte of V is ±0, as the scale rounded to bf16 (inf) would also give
+    # (unfused-tensor0d), whatever the values: only an ordinary scale tells them apart.
+    extreme = Case(num_tokens=1, num_heads=1, head_dim=64, page_size=16, num_pages=1, cache_loc=(1,),
+                   k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 3.4028234663852886e38), recipe="divide")
+    return [tie, extreme]
+
+
+@pytest.mark.parametrize("case", _by_chance_cases(), ids=["a-tie-past-448", "an-extreme-scale"])
+def test_a_value_model_that_fits_a_minimal_case_by_chance_is_refuted(case: Case) -> None:
+    """The clamp-before-dividing kernel's minimal Cases fit a value model by chance (rounding toward zero,
+    unfused-tensor0d); the same calls with re-drawn values, and with ordinary scales, refute it: what nothing
+    explains is said so."""
+    found = {f.key for f in Diagnoser(_impl(_clamped_before_dividing, "divide"), CPU).diagnose(case)}
+    assert found and all(k.startswith("wrong-bytes:unexplained@") for k in found), found
+
+
+def test_a_value_model_that_re_drawn_values_confirm_is_kept() -> None:
+    case = _case(recipe="divide", input_dtype="float32")
+    found = {f.key for f in Diagnoser(_impl(_toward_zero_impl, "divide"), CPU).diagnose(case)}
+    assert found == {"rounds-toward-zero@any"}, found

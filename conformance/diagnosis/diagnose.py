@@ -23,7 +23,7 @@ import torch
 
 from conformance.diagnosis.ablation import ABLATIONS, BIG_CACHE_BYTES, BY_NAME, Ablation, cache_bytes, words
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
-from conformance.diagnosis.effects import Effect, explain, title_of
+from conformance.diagnosis.effects import TITLES, Effect, explain, summary, title_of
 from conformance.impls import Implementation
 from strategies.build import Built, build
 from strategies.case import Case, Layout, Scale
@@ -44,6 +44,14 @@ class Replay:
     expected: Built
     actual: Built
     before: dict[str, torch.Tensor]
+
+
+def _telling(case: Case) -> Case | None:
+    """The Case with TELLING_SCALES (K's, V's) for its scales, their kinds kept; None without a scale."""
+    scales = {w: Scale(s.kind, value) for (w, s), value in zip((("k_scale", case.k_scale),
+                                                                ("v_scale", case.v_scale)), TELLING_SCALES)
+              if s.kind != "none"}
+    return case.replace(**scales) if scales else None
 
 
 def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
@@ -71,6 +79,8 @@ def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
 
 #: Calls of one Case on a GPU before it counts as passing (see Diagnoser._run).
 GPU_TRIES = 3
+#: Re-drawn calls that must agree with a value model read off a minimal Case (Diagnoser._corroborated).
+REDRAWN_SEEDS = 2
 
 
 class Diagnoser:
@@ -192,7 +202,8 @@ class Diagnoser:
             return [Effect("input-modified", "modifies what it reads (its inputs, cache_loc or a scale)",
                            f"here: {', '.join(names) or '?'}")]
         effects = explain(case, r.expected, r.actual, r.before, self._fresh(case))
-        return [self._told_apart(case, e) if e.alternatives else e for e in effects]
+        effects = [self._told_apart(case, e) if e.alternatives else e for e in effects]
+        return [self._corroborated(case, e, symptom, r) for e in effects]
 
     def _fresh(self, case: Case) -> Callable[[], Built]:
         return lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)
@@ -201,12 +212,9 @@ class Diagnoser:
         """A value effect that several explanations fit (a scale ignored, or the other cache's scale of
         1.0): replay with scales of other values, each cache's distinct and not 1.0, and keep what fits
         both calls."""
-        scales = {w: Scale(s.kind, value) for (w, s), value in zip((("k_scale", case.k_scale),
-                                                                    ("v_scale", case.v_scale)), TELLING_SCALES)
-                  if s.kind != "none"}
-        if not scales:
+        variant = _telling(case)
+        if variant is None:
             return effect
-        variant = case.replace(**scales)
         r = self.replay(variant)
         if r is None or r.error:
             return effect
@@ -217,6 +225,37 @@ class Diagnoser:
         if not fits:
             return effect
         return Effect(fits[0], title_of(fits[0], case.recipe), effect.detail, effect.value, fits[1:])
+
+    def _corroborated(self, case: Case, effect: Effect, symptom: str, replay: Replay) -> Effect:
+        """A value model read off a minimal Case may fit its few differing bytes by chance: a tie at 465
+        that a kernel clamps to 448 before dividing lands one e4m3 step lower, which reads as rounding
+        toward zero when it is the only byte that differs. So the Case is replayed with its values
+        re-drawn (no overrides, REDRAWN_SEEDS other seeds, every other dimension kept; then each with the
+        telling scales as well, the scale kinds kept): where the symptom
+        shows again, the effect or one of its alternatives must explain that call too, or nothing does
+        (the defect is then unexplained, with the minimal call's byte pairs). Sign and overflow rules
+        (`encoding:`, `zero-sign:`) are read from every differing byte pair's kind, not fitted: kept."""
+        if not effect.value or effect.key.startswith(("encoding:", "zero-sign:")):
+            return effect
+        keys = [effect.key, *effect.alternatives]
+        redrawn = [case.replace(seed=(case.seed + k * 7919) % 2**31, overrides=()) for k in range(1, REDRAWN_SEEDS + 1)]
+        # and with ordinary scales too: at an extreme one (3.4e38) every byte may be ±0 under several rules
+        redrawn += [v for v in map(_telling, redrawn) if v is not None]
+        for variant in redrawn:
+            r = self.replay(variant)
+            if r is None or r.error or symptom not in r.symptoms:
+                continue  # the re-drawn values do not show it: no evidence either way
+            again: set[str] = set()
+            for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+                again |= {e.key, *e.alternatives}
+            keys = [key for key in keys if key in again]
+            if not keys:
+                return Effect("wrong-bytes:unexplained", TITLES["wrong-bytes:unexplained"],
+                              f"{summary(replay.expected, replay.actual)}; {title_of(effect.key, case.recipe)} fit "
+                              "these bytes, not those of the same call with re-drawn values")
+        if keys == [effect.key, *effect.alternatives]:
+            return effect
+        return Effect(keys[0], title_of(keys[0], case.recipe), effect.detail, effect.value, keys[1:])
 
     def diagnose(self, case: Case) -> list[Finding]:
         """The Case's defects, one Finding per (effect, trigger); [] when the Case passes on replay."""
