@@ -227,6 +227,21 @@ def test_a_defect_another_defects_effect_also_explains_is_that_defect() -> None:
     assert list(groups) == ["approximate-division@any"] and len(groups["approximate-division@any"]) == 2
 
 
+def test_a_defect_of_a_narrower_class_joins_the_wider_one() -> None:
+    """A reciprocal held in bf16 is within two fp32 ulps of the quotient in one Case and only within one
+    e4m3 ulp in another: both say "not correctly rounded", one defect (the wider class)."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_wider
+    approx = Finding("approximate-division", "approximate-division@any", "approx")
+    ulp = Finding("off-by-one-ulp", "off-by-one-ulp@input-float32", "ulp")
+    groups = {"approximate-division@any": [("a", approx)], "off-by-one-ulp@input-float32": [("b", ulp)]}
+    _merge_wider(groups)
+    assert list(groups) == ["off-by-one-ulp@input-float32"] and len(groups["off-by-one-ulp@input-float32"]) == 2
+    alone = {"approximate-division@any": [("a", approx)]}
+    _merge_wider(alone)
+    assert list(alone) == ["approximate-division@any"]  # an approximate division alone keeps its name
+
+
 def test_a_capability_rows_unreproduced_failure_joins_the_defect_its_dimension_triggers() -> None:
     from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import PROBE_TEST, Node, _attribute_row_findings
@@ -337,3 +352,20 @@ def test_a_value_model_that_re_drawn_values_confirm_is_kept() -> None:
     case = _case(recipe="divide", input_dtype="float32")
     found = {f.key for f in Diagnoser(_impl(_toward_zero_impl, "divide"), CPU).diagnose(case)}
     assert found == {"rounds-toward-zero@any"}, found
+
+
+def _denormals_are_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="divide", checked=False):
+    """Reads inputs below fp32's smallest normal as zeros of their sign (a denormals-are-zero float mode)."""
+    daz = [torch.where(x.float().abs() < 2.0**-126, torch.copysign(torch.zeros_like(x), x), x) for x in (k, v)]
+    _reference(*daz, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize("scale", [1e-38, 2.0**-120], ids=["1e-38", "2^-120"])
+def test_subnormal_inputs_read_as_zero_are_named_so(scale: float) -> None:
+    """At a tiny scale the seeded inputs are bf16 subnormals; reading them as zero writes what ignoring the
+    scale would also write there (x / 1 is ±0 in e4m3): denormals-are-zero is tried first, and the telling
+    scales, which show no symptom, cannot move it."""
+    case = _case(recipe="divide", k_scale=Scale("tensor1", scale), v_scale=Scale("tensor1", scale))
+    found = {f.key for f in Diagnoser(_impl(_denormals_are_zero, "divide"), CPU).diagnose(case)}
+    assert found == {"flush-to-zero:inputs@any"}, found

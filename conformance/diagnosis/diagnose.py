@@ -54,6 +54,19 @@ def _telling(case: Case) -> Case | None:
     return case.replace(**scales) if scales else None
 
 
+#: Tokens of the enlarged re-drawn variant (Diagnoser._corroborated).
+REDRAWN_TOKENS = 32
+
+
+def _more_tokens(case: Case) -> Case | None:
+    """The Case with REDRAWN_TOKENS tokens in slots 0.. (pages added as needed), its H, D and layouts kept;
+    None when it has that many already, or none (an empty batch)."""
+    if case.num_tokens == 0 or case.num_tokens >= REDRAWN_TOKENS:
+        return None
+    pages = max(case.num_pages, -(-REDRAWN_TOKENS // case.page_size))
+    return case.replace(num_tokens=REDRAWN_TOKENS, num_pages=pages, cache_loc=tuple(range(REDRAWN_TOKENS)))
+
+
 def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
     """The kinds of symptom of one call: 'raises:<Type>', 'input-modified', 'placement', 'values',
     'nan-sign', 'zero-sign' or 'overflow'."""
@@ -230,15 +243,18 @@ class Diagnoser:
         """A value model read off a minimal Case may fit its few differing bytes by chance: a tie at 465
         that a kernel clamps to 448 before dividing lands one e4m3 step lower, which reads as rounding
         toward zero when it is the only byte that differs. So the Case is replayed with its values
-        re-drawn (no overrides, REDRAWN_SEEDS other seeds, every other dimension kept; then each with the
-        telling scales as well, the scale kinds kept): where the symptom
+        re-drawn (no overrides, REDRAWN_SEEDS other seeds, every other dimension kept; each also with
+        REDRAWN_TOKENS tokens; then each with the telling scales, the scale kinds kept): where the symptom
         shows again, the effect or one of its alternatives must explain that call too, or nothing does
         (the defect is then unexplained, with the minimal call's byte pairs). Sign and overflow rules
         (`encoding:`, `zero-sign:`) are read from every differing byte pair's kind, not fitted: kept."""
-        if not effect.value or effect.key.startswith(("encoding:", "zero-sign:")):
+        if not effect.value or effect.key.startswith(("encoding:", "zero-sign:")) or self.fill is not None:
             return effect
         keys = [effect.key, *effect.alternatives]
         redrawn = [case.replace(seed=(case.seed + k * 7919) % 2**31, overrides=()) for k in range(1, REDRAWN_SEEDS + 1)]
+        # and with more tokens: a minimal Case may hold one element, whose re-drawn value seldom shows a
+        # defect that touches one value in a hundred (a scale held as fp16)
+        redrawn += [v for v in map(_more_tokens, redrawn) if v is not None]
         # and with ordinary scales too: at an extreme one (3.4e38) every byte may be ±0 under several rules
         redrawn += [v for v in map(_telling, redrawn) if v is not None]
         for variant in redrawn:
