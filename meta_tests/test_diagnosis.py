@@ -369,3 +369,35 @@ def test_subnormal_inputs_read_as_zero_are_named_so(scale: float) -> None:
     case = _case(recipe="divide", k_scale=Scale("tensor1", scale), v_scale=Scale("tensor1", scale))
     found = {f.key for f in Diagnoser(_impl(_denormals_are_zero, "divide"), CPU).diagnose(case)}
     assert found == {"flush-to-zero:inputs@any"}, found
+
+
+def _inf_as_nan(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                *, recipe="divide", checked=False):
+    """Writes ±inf as NaN (0x7F); finite values past the range saturate as the recipe says."""
+    k, v = (x.masked_fill(x.isinf(), float("nan")) for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _nan_past_464(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                  *, recipe="divide", checked=False):
+    """The recipe's bytes but NaN (0x7F of the sign) wherever the quotient is past 464, finite or not."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    plan_scales = [1.0 if s is None else float(s) if not isinstance(s, torch.Tensor) else float(s.reshape(-1)[0])
+                   for s in (k_scale, v_scale)]
+    for x, cache, s in ((k, k_cache, plan_scales[0]), (v, v_cache, plan_scales[1])):
+        big = (x.float() / s).abs() > 464
+        slots = cache_loc.long()
+        b = cache.view(torch.uint8).view(-1, *cache.shape[2:])
+        b[slots] = torch.where(big, b[slots] | 0x7F, b[slots])
+
+
+@pytest.mark.parametrize("fn, key", [(_inf_as_nan, "encoding:inf-nan@any"),
+                                     (_nan_past_464, "encoding:nan-past-448@any")], ids=["inf-only", "past-464"])
+def test_nan_for_infinity_alone_is_told_from_nan_past_the_range(fn, key) -> None:
+    """+inf and a finite 1000 / 0.3 in one call: a kernel that writes NaN for the infinity alone is named so;
+    one that writes NaN past 464, finite or not, is named by the range."""
+    bits = lambda x: int(torch.tensor(x, dtype=torch.bfloat16).view(torch.int16)) & 0xFFFF  # noqa: E731
+    case = _case(recipe="divide", k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7),
+                 overrides=(Override("k", 0, bits(float("inf")), "+inf"), Override("k", 1, bits(1000.0), "past")))
+    found = {f.key for f in Diagnoser(_impl(fn, "divide"), CPU).diagnose(case)}
+    assert found == {key}, found

@@ -67,6 +67,8 @@ TITLES = {
     "encoding:saturates": "saturates to ±448 where the recipe gives NaN",
     "encoding:nan-past-448": "gives NaN past ±448 where the recipe saturates",
     "encoding:nan-produced": "writes NaN where the recipe gives a finite byte",
+    "encoding:inf-nan": "writes NaN for an infinite value where the recipe saturates (finite values past 464 "
+                        "saturate)",
     "encoding:nan-lost": "writes a finite byte where the recipe gives NaN",
     "zero-sign:plus": "writes +0 (0x00) for -0 (drops the sign of zero)",
     "zero-sign:minus": "writes -0 (0x80) for +0",
@@ -380,6 +382,16 @@ def encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
     return "encoding:" + "+".join(sorted(kinds)) if kinds else None
 
 
+def _infinities_only(w: _Written, e: torch.Tensor, held: str) -> bool:
+    """Whether the NaN-past-448 bytes are those of infinite values only (before the cast: ±inf inputs, or
+    quotients past fp32's range), while the call's finite values past 464 saturate as the recipe says: then
+    the rule is about infinity, not about the range."""
+    y = _pre_cast(w.rows, held)[w.tokens]
+    nan_for_sat = ((e & 0x7F) == 0x7E) & ((w.actual & 0x7F) == 0x7F)
+    finite_past = torch.isfinite(y) & (y.abs() > 464.0)
+    return bool(torch.isinf(y[nan_for_sat]).all()) and bool(((w.actual & 0x7F) == 0x7E)[finite_past].any())
+
+
 def _off_by_one(e: torch.Tensor, a: torch.Tensor) -> bool:
     differ = e != a
     same_sign = ((e ^ a) & 0x80) == 0
@@ -408,6 +420,8 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual)
+        if encoding == "encoding:nan-past-448" and _infinities_only(w, e, held):
+            encoding = "encoding:inf-nan"
         if encoding:
             found.insert(0, encoding)  # a sign or overflow rule is the most specific
         if (not found or found[0] == "approximate-division") and _off_by_one(e, w.actual):
