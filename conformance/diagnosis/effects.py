@@ -382,14 +382,17 @@ def encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
     return "encoding:" + "+".join(sorted(kinds)) if kinds else None
 
 
-def _infinities_only(w: _Written, e: torch.Tensor, held: str) -> bool:
-    """Whether the NaN-past-448 bytes are those of infinite values only (before the cast: ±inf inputs, or
-    quotients past fp32's range), while the call's finite values past 464 saturate as the recipe says: then
-    the rule is about infinity, not about the range."""
+def _infinities_only(w: _Written, e: torch.Tensor, held: str) -> str | None:
+    """For NaN-past-448 bytes: "shown" when they are those of infinite values only (before the cast: ±inf
+    inputs, or quotients past fp32's range) and the call's finite values past 464 saturate as the recipe
+    says (the rule is about infinity, not the range); "possible" when they are infinite values' but no
+    finite value past 464 is here to tell; None when a finite value got NaN."""
     y = _pre_cast(w.rows, held)[w.tokens]
     nan_for_sat = ((e & 0x7F) == 0x7E) & ((w.actual & 0x7F) == 0x7F)
+    if not bool(torch.isinf(y[nan_for_sat]).all()):
+        return None
     finite_past = torch.isfinite(y) & (y.abs() > 464.0)
-    return bool(torch.isinf(y[nan_for_sat]).all()) and bool(((w.actual & 0x7F) == 0x7E)[finite_past].any())
+    return "shown" if bool(((w.actual & 0x7F) == 0x7E)[finite_past].any()) else "possible"
 
 
 def _off_by_one(e: torch.Tensor, a: torch.Tensor) -> bool:
@@ -420,10 +423,13 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual)
-        if encoding == "encoding:nan-past-448" and _infinities_only(w, e, held):
+        infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None
+        if infinities == "shown":
             encoding = "encoding:inf-nan"
         if encoding:
             found.insert(0, encoding)  # a sign or overflow rule is the most specific
+        if infinities == "possible":  # no finite value past 464 here to tell the two apart
+            found.insert(1, "encoding:inf-nan")
         if (not found or found[0] == "approximate-division") and _off_by_one(e, w.actual):
             # Within two fp32 ulps before the cast is within one e4m3 ulp after it: the wider class is an
             # alternative, so that a kernel off by up to one ulp is one defect whichever Case showed it.

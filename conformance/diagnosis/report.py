@@ -372,14 +372,19 @@ def _merge_explained(groups: Groups) -> None:
     for key in list(groups):
         if key not in groups:
             continue
+        # By effect: the findings merged under this key (E@uint8 and E@uint8+int32) name their explanations
+        # with their own triggers.
         shared = None
         for _, f in groups[key]:
-            options = set(f.facts.get("explanations") or [])
-            shared = options if shared is None else shared & options
+            options = {(same_effect(e), trigger_of(e)) for e in f.facts.get("explanations") or [] if "@" in e}
+            effects = {effect for effect, _ in options}
+            shared = effects if shared is None else shared & effects
         # A defect of an explanation's effect under a nested trigger is that explanation's defect too (the
         # other Case needed one more dimension for its symptom): it takes the narrower trigger.
-        hosts = sorted({(e, k) for e in (shared or set()) - {key} for k in groups if k != key and "@" in e
-                        and same_effect(k) == same_effect(e) and _nested(trigger_set(k), trigger_set(e))})
+        mine = trigger_of(key)
+        hosts = sorted({(f"{e}@{mine}", k) for e in (shared or set()) - {same_effect(key)} for k in groups
+                        if k != key and "@" in k and "@" in key and same_effect(k) == e
+                        and _nested(trigger_set(k), trigger_set(key))})
         if len({k for _, k in hosts}) != 1:
             continue
         explanation, host = hosts[0]
