@@ -162,9 +162,9 @@ def identify(impl: Implementation, points: list[Point], device: torch.device) ->
     pattern i % 65536, of K below 65536 and of V above.
     """
     res = Result(points, {r: {} for r in RECIPES}, {}, {r: {} for r in RECIPES})
+    told = impl.recipe if impl.convention.told_recipe else None
     for p in points:
         scale = p.arg(device)
-        told = impl.recipe if impl.convention.told_recipe else None
         try:
             try:
                 got = _call(impl, _patterns(p.dtype, device), scale, scale, device, told)

@@ -376,8 +376,7 @@ def _merge_explained(groups: Groups) -> None:
         # with their own triggers.
         shared = None
         for _, f in groups[key]:
-            options = {(same_effect(e), trigger_of(e)) for e in f.facts.get("explanations") or [] if "@" in e}
-            effects = {effect for effect, _ in options}
+            effects = {same_effect(e) for e in f.facts.get("explanations") or [] if "@" in e}
             shared = effects if shared is None else shared & effects
         # A defect of an explanation's effect under a nested trigger is that explanation's defect too (the
         # other Case needed one more dimension for its symptom): it takes the narrower trigger.
