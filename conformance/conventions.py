@@ -10,7 +10,9 @@ skipped with the reason.
 - `sglang`: `fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,
   page_size=16, use_triton=True)`, called positionally with `use_triton` left at its default.
 - `vllm`: `reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-  k_scale, v_scale)`: 3-D inputs, 4-D caches, int64 slots, one-element float32 tensor scales.
+  k_scale, v_scale)`: 3-D inputs, 4-D caches, int64 slots, one-element float32 tensor scales;
+  kv_cache_dtype "fp8" for an e4m3 call, "fp8_e5m2" for an e5m2 one, as vLLM spells them (no fnuz: vLLM's
+  "fp8" means the platform's e4m3).
 - `vllm-per-token-head`: `fn(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache,
   v_scale_cache)`: vLLM's dynamic per-(token, head) write, scales to separate scale caches; nothing else.
 
@@ -40,7 +42,10 @@ class Convention:
     cache_ranks: tuple[int, ...] = (3, 4)
     loc_dtypes: tuple[str, ...] = LOC_DTYPES
     scale_kinds: tuple[str, ...] = SCALE_KINDS
-    extra: tuple[tuple[int, object], ...] = ()  # (position, value) of constant arguments, e.g. "fp8"
+    # The cache format as a positional argument (vLLM's kv_cache_dtype): its position, and its spelling of each
+    # Case.cache_format it has a word for. A Case of another format cannot be expressed.
+    format_position: int | None = None
+    format_names: tuple[tuple[str, str], ...] = ()
     per_head_scales: bool = False  # takes a [H] float32 k_scale / v_scale (conformance/test_per_head.py)
     per_token_head: bool = False  # writes dynamic per-(token, head) scales (conformance/test_per_token_head.py)
     static: bool = True  # writes with given scales (False: per-token-head writes only)
@@ -64,10 +69,16 @@ class Convention:
     def dynamic_only(self) -> str:
         return f"the {self.name} convention writes dynamic per-(token, head) scales only"
 
+    def format_name(self, cache_format: str) -> str | None:
+        """How this convention's format argument spells a Case.cache_format (None: it has no word for it)."""
+        return dict(self.format_names).get(cache_format)
+
     def why_not(self, case: Case) -> str | None:
         """Why `case` cannot be expressed in this convention, or None when it can."""
         if not self.static:
             return self.dynamic_only
+        if self.format_position is not None and self.format_name(case.cache_format) is None:
+            return f"the {self.name} convention has no kv_cache_dtype for {case.cache_format} caches"
         checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),
                   ("loc_dtype", self.loc_dtypes, "{} cache_loc"))
         for attr, allowed, what in checks:
@@ -111,10 +122,11 @@ class Convention:
         return case.replace(k_scale=fitted(case.k_scale), v_scale=fitted(case.v_scale))
 
     def invoke(self, fn: Callable[..., object], call: Mapping[str, object], fixed: Mapping[str, object]) -> None:
-        """Call fn with `call` (this project's names) as this convention spells it, plus `fixed` keywords."""
+        """Call fn with `call` (this project's names) as this convention spells it, plus `fixed` keywords.
+        A convention with a format argument says the call's format there (an e5m2 call has "cache_dtype")."""
         args = [call[name] for name in POSITIONAL if name in self.spelling]
-        for position, value in self.extra:
-            args.insert(position, value)
+        if self.format_position is not None:
+            args.insert(self.format_position, self.format_name(str(call.get("cache_dtype", "fp8_e4m3"))))
         keywords = {self.spelling[n]: call[n] for n in ("recipe", "checked") if n in self.spelling and n in call}
         fn(*args, **keywords, **fixed)
 
@@ -137,7 +149,7 @@ VLLM = Convention(
     {"k": "key", "v": "value", "k_cache": "key_cache", "v_cache": "value_cache", "cache_loc": "slot_mapping",
      "k_scale": "k_scale", "v_scale": "v_scale"},
     input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
-    extra=((5, "fp8"),),
+    format_position=5, format_names=(("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8_e5m2")),
 )
 # vLLM's per-token-head write: reshape_and_cache_int8_fp8(key, value, key_cache, value_cache, slot_mapping, *,
 # k_scale_cache, v_scale_cache, kv_quant_mode) in vllm/v1/attention/ops/triton_quant_kv/ (vllm#38378): the scales

@@ -2,8 +2,10 @@
 once: conformance/test_e5m2.py and conformance/test_fnuz.py call them with their format's `Format` and
 its edge table, and keep their own test names (the capability rows and the kill records name them).
 
-Only an implementation that declares the format is held to it: the kvfp8 convention with a `cache_dtype`
-parameter, told `cache_dtype=<format>`. Others skip with the reason (a kernel written for e4m3 alone).
+Only an implementation that can be told the format is held to it: the kvfp8 convention with a `cache_dtype`
+parameter, told `cache_dtype=<format>`, and the vllm convention, told by its kv_cache_dtype ("fp8_e5m2"; it has
+no word for fnuz) unless it raises on a plain call of the format (it declines it: the capability row says so).
+Others skip with the reason (a kernel written for e4m3 alone).
 """
 
 from __future__ import annotations
@@ -66,15 +68,47 @@ def takes_cache_dtype(impl: Implementation) -> bool:
     return any(p.name == "cache_dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def held(impl: Implementation, fmt: Format) -> Implementation:
-    """impl told cache_dtype=fmt; skips one that cannot be told (the vllm convention passes
-    kv_cache_dtype="fp8") or does not declare the format."""
-    if impl.convention.name == "vllm":
-        pytest.skip(f"the vllm convention passes kv_cache_dtype='fp8' (e4m3); an {fmt.says} call needs "
-                    f"'{fmt.name}'")
+def told(impl: Implementation, spelled: object) -> Implementation:
+    """impl told a cache format on every call: kvfp8 by the fixed keyword cache_dtype=spelled; a convention with
+    a format argument (vLLM's kv_cache_dtype) says each Case's own format already (Built.call's cache_dtype)."""
+    if impl.convention.format_position is not None:
+        return impl
+    return dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": spelled})
+
+
+_DECLINED: dict[tuple[str, str, str], str | None] = {}
+
+
+def declined(impl: Implementation, fmt: Format, device: torch.device) -> str | None:
+    """Why impl declines fmt's caches (a plain call raises, in float8 and in uint8 caches), or None.
+
+    Asked of a convention that always passes a format argument (vLLM's kv_cache_dtype, a parameter every
+    such kernel has): raising on a format it does not write is its answer, not a defect. A kernel that takes
+    the plain call is held to the format's bytes in every property."""
+    key = (impl.spec or impl.name, fmt.name, str(device))
+    if key not in _DECLINED:
+        case = impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
+                             seed=3, recipe=impl.recipe or "divide", cache_format=fmt.name,
+                             cache_dtype=fmt.dtype))
+        errors = [run_impl(case.replace(cache_dtype=dtype), impl, device)[1] for dtype in (fmt.dtype, "uint8")]
+        _DECLINED[key] = all(errors) and f"declines {fmt.says} caches: on a plain {fmt.says} call, {errors[0]}"
+    return _DECLINED[key]
+
+
+def held(impl: Implementation, fmt: Format, device: torch.device) -> Implementation:
+    """impl told fmt on every call; skips one that cannot be told it (no word for the format, or no
+    cache_dtype parameter: a kernel written for e4m3 alone) or that declines it."""
+    convention = impl.convention
+    if convention.format_position is not None:
+        if convention.format_name(fmt.name) is None:
+            pytest.skip(f"the {convention.name} convention has no kv_cache_dtype for {fmt.says} caches")
+        reason = declined(impl, fmt, device)
+        if reason:
+            pytest.skip(reason)
+        return impl
     if not takes_cache_dtype(impl):  # a kernel written for e4m3 alone is not held to this format's bytes
         pytest.skip(f"{impl.name} takes no cache_dtype=: it does not declare {fmt.says} caches")
-    return dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": fmt.name})
+    return told(impl, fmt.name)
 
 
 def format_cases(impl: Implementation, fmt: Format, **space: object) -> st.SearchStrategy[Case]:
@@ -92,7 +126,7 @@ def inputs_unmodified(impl: Implementation, before: dict[str, torch.Tensor], aft
 
 def check_drawn(data, impl: Implementation, device: torch.device, recipe: str, fmt: Format) -> None:
     """Drawn Cases of fmt: whole caches equal the reference's, and no input changes."""
-    target = held(impl, fmt)
+    target = held(impl, fmt, device)
     size = "large" if device.type == "cuda" else "small"
     case = data.draw(format_cases(impl, fmt, recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
     built = build(case, device)
@@ -120,7 +154,7 @@ def edge_case(edges: tuple[Edge, ...], cache_dtype: str, recipe: str, fmt: Forma
 def check_edges(edges: tuple[Edge, ...], cache_dtype: str, impl: Implementation, device: torch.device, recipe: str,
                 fmt: Format) -> None:
     """The reference gives the stated bytes at the format's edges, and the implementation the reference's."""
-    target = held(impl, fmt)
+    target = held(impl, fmt, device)
     case = impl.fit(edge_case(edges, cache_dtype, recipe, fmt))
     expected = run_reference(case, device)
     slot = expected.k_cache.view(torch.uint8)[2, 0, 0].cpu().tolist()
@@ -141,7 +175,7 @@ def check_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale], imp
                        device: torch.device, fmt: Format) -> None:
     """Every bf16/fp16 pattern into a cache of fmt (test_exhaustive's Case and fill): float8 caches, and
     uint8 ones for one of the scale pairs."""
-    target = held(impl, fmt)
+    target = held(impl, fmt, device)
     cache_dtype = "uint8" if scales is CPU_SCALES["1e-30/none"] else fmt.dtype
     case = impl.fit(pattern_case(dtype, *scales, recipe).replace(cache_format=fmt.name, cache_dtype=cache_dtype))
     expected = fill_patterns(build(case, device))
@@ -158,14 +192,15 @@ def check_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale], imp
 def check_storage_and_spelling(data, impl: Implementation, device: torch.device, fmt: Format) -> None:
     """float8 caches of fmt, and uint8 caches told cache_dtype by name or by torch dtype: the same bytes
     from the implementation itself (whole buffers compared)."""
-    held(impl, fmt)
+    held(impl, fmt, device)
     case = data.draw(impl.cases(cache_formats=(fmt.name,), cache_dtypes=(fmt.dtype,), allow_out_of_range=True),
                      label="case")
-    calls = ((case, fmt.name), (case.replace(cache_dtype="uint8"), fmt.name),
-             (case.replace(cache_dtype="uint8"), fmt.torch_dtype))
+    calls = ((case, fmt.name), (case.replace(cache_dtype="uint8"), fmt.name))
+    if impl.convention.format_position is None:  # kv_cache_dtype has no torch-dtype spelling
+        calls += ((case.replace(cache_dtype="uint8"), fmt.torch_dtype),)
     built = []
     for c, spelled in calls:
-        target = dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": spelled})
+        target = told(impl, spelled)
         actual, error = run_impl(c, target, device)
         if error:
             fail(target, f"raises on a valid {fmt.says} call ({c.cache_dtype} caches, cache_dtype={spelled!r}):",
@@ -184,14 +219,14 @@ def check_formats_alternate(data, impl: Implementation, device: torch.device, or
     case = data.draw(impl.cases(cache_dtypes=("uint8",), allow_out_of_range=True), label="case")
     seeds = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(order), max_size=len(order)), label="seeds")
     for seed, name in zip(seeds, order):
-        told = impl if name == "fp8_e4m3" else dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": name})
-        check_case(case.replace(seed=seed, cache_format=name), told, device)
+        target = impl if name == "fp8_e4m3" else told(impl, name)
+        check_case(case.replace(seed=seed, cache_format=name), target, device)
 
 
 def check_per_head(data, impl: Implementation, device: torch.device, recipe: str, fmt: Format) -> None:
     """Per-head scales ([H] float32, strided or not) on caches of fmt: bit-exact (test_per_head's property)."""
     _skip_unless_per_head(impl)
-    target = held(impl, fmt)
+    target = held(impl, fmt, device)
     case = data.draw(format_cases(impl, fmt, recipes=(recipe,), allow_out_of_range=True, min_heads=2), label="case")
     values = data.draw(per_head_values(case.num_heads), label="k_scale_per_head")
     step = data.draw(st.sampled_from((1, 2)), label="scale_step")
@@ -226,7 +261,8 @@ def check_contradiction_refused(caches: tuple[str, str], cache_dtype: object, na
     """A float8 cache whose dtype contradicts cache_dtype (or the other cache) is a ValueError naming it,
     raised before anything is written. This repository's message: kernels that declare the format only."""
     if not takes_cache_dtype(impl):
-        pytest.skip(f"{impl.name} takes no cache_dtype=: it does not declare {fmt.says} caches")
+        pytest.skip(f"{impl.name} takes no cache_dtype=: the contradiction error is this project's cache_dtype "
+                    "contract")
     case = impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
                          seed=3, recipe=impl.recipe or "divide"))
     built = build(case, device)
@@ -251,7 +287,7 @@ def check_custom_op_and_compile(data, impl: Implementation, device: torch.device
     from torch._dynamo.testing import CompileCounterWithBackend
 
     encoder = fused_encoder(impl)
-    case = data.draw(held(impl, fmt).cases(recipes=recipes, cache_formats=(fmt.name,), **SMALL), label="case")
+    case = data.draw(held(impl, fmt, device).cases(recipes=recipes, cache_formats=(fmt.name,), **SMALL), label="case")
     assume(case.num_tokens > 0)  # as test_compile.test_opcheck: opcheck's clone of 0-token tensors
     tests = ALL_OPCHECKS if case.cache_dtype == "uint8" else FP8_OPCHECKS
     torch.library.opcheck(OP, (*op_args(build(case, device), encoder), case.cache_format), test_utils=tests)

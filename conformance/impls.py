@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -76,6 +76,16 @@ class Implementation:
         self.invoke(built.call())
         if built.k.device.type == "cuda":
             torch.cuda.synchronize(built.k.device)
+
+    def telling(self, case: Case) -> Implementation:
+        """impl, its fixed cache_dtype (a property told it a format) made the Case's own format: a replay
+        that moves the format back to e4m3 tells it nothing, as the plain call does."""
+        if "cache_dtype" not in self.kwargs:
+            return self
+        kwargs = {k: v for k, v in self.kwargs.items() if k != "cache_dtype"}
+        if case.cache_format != "fp8_e4m3":
+            kwargs["cache_dtype"] = case.cache_format
+        return replace(self, kwargs=kwargs)
 
     def fit(self, case: Case) -> Case:
         """A fixed Case made expressible (scale kinds) and held to this implementation's recipe; raises

@@ -14,10 +14,11 @@ layout; per-head scales; every bf16/fp16 pattern; the custom op and torch.compil
 e5m2 call replays bit-exact. Each stands in for its family on e5m2 (docs/e5m2.md).
 The reference itself is held to torch's own e5m2 cast in conformance/test_fidelity.py.
 
-Only implementations that declare e5m2 caches are held to them: the kvfp8 convention with a
-`cache_dtype` parameter (passed as a fixed keyword here: conformance.conventions passes no other
-keyword). A kernel written for e4m3 alone skips, with the reason. The vllm convention passes
-kv_cache_dtype="fp8" (e4m3), so it cannot express an e5m2 call.
+Only implementations that can be told e5m2 are held to it: the kvfp8 convention with a `cache_dtype`
+parameter (passed as a fixed keyword here: conformance.conventions passes no other keyword), and the vllm
+convention, whose kv_cache_dtype says "fp8_e5m2" on an e5m2 call, unless the kernel raises on a plain
+e5m2 call (it declines e5m2: conformance.fp8_formats.declined). A kernel written for e4m3 alone skips,
+with the reason.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def test_e5m2_storage_and_spelling_are_equivalent(data, impl, device):
 @given(data=st.data())
 def test_formats_alternate_on_one_layout(data, impl, device):
     """Repeat: one uint8 layout written as e4m3, as e5m2, then as e4m3 again (other data each time)."""
-    held(impl, E5M2)  # skips unless impl declares e5m2 caches; each call is told its own format
+    held(impl, E5M2, device)  # skips unless impl declares e5m2 caches; each call is told its own format
     check_formats_alternate(data, impl, device, ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3"))
 
 
@@ -150,7 +151,7 @@ def test_e5m2_custom_op_and_compile(data, impl, device, recipes):
 @given(data=st.data())
 def test_e5m2_capture_and_replay(data, impl, device):
     """A captured e5m2 call (any scale kind) replays bit-exact, and creates no tensor while captured."""
-    target = held(impl, E5M2)
+    target = held(impl, E5M2, device)
     case = data.draw(writing_cases(format_cases(impl, E5M2, size="large", checked=False, allow_out_of_range=True)),
                      label="case")
     built = build(case, device)

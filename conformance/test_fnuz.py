@@ -114,7 +114,7 @@ def test_fnuz_contradicting_cache_dtype_is_refused(caches, cache_dtype, named, i
 @given(data=st.data())
 def test_fnuz_formats_alternate_on_one_layout(data, impl, device):
     """Repeat: one uint8 layout written as e4m3, e4m3fnuz, e5m2, then e4m3fnuz again (other data each time)."""
-    held(impl, FNUZ)  # skips unless impl declares fnuz caches; each call is told its own format
+    held(impl, FNUZ, device)  # skips unless impl declares fnuz caches; each call is told its own format
     check_formats_alternate(data, impl, device, ("fp8_e4m3", FNUZ.name, "fp8_e5m2", FNUZ.name))
 
 

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.conventions import VLLM
 from conformance.diagnosis.ablation import ABLATIONS
 from conformance.diagnosis.diagnose import Diagnoser
 from conformance.impls import Implementation
@@ -401,3 +402,20 @@ def test_nan_for_infinity_alone_is_told_from_nan_past_the_range(fn, key) -> None
                  overrides=(Override("k", 0, bits(float("inf")), "+inf"), Override("k", 1, bits(1000.0), "past")))
     found = {f.key for f in Diagnoser(_impl(fn, "divide"), CPU).diagnose(case)}
     assert found == {key}, found
+
+
+def _vllm_e4m3_always(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """vLLM's convention, writing e4m3 bytes whatever kv_cache_dtype says (the format argument ignored)."""
+    naive_fp8_set_kv_buffer(key, value, key_cache.view(torch.uint8), value_cache.view(torch.uint8), slot_mapping,
+                            k_scale, v_scale, key_cache.shape[1], recipe="divide")
+
+
+@pytest.mark.parametrize("cache_dtype", ["float8_e5m2", "uint8"])
+def test_e4m3_bytes_in_an_e5m2_cache_are_one_format_defect(cache_dtype: str) -> None:
+    """The vllm convention says kv_cache_dtype="fp8_e5m2" on an e5m2 call; a kernel that ignores it is one
+    defect, its effect read against e5m2 bytes (no e4m3 model fits by chance) and its trigger the format."""
+    impl = Implementation("e4m3-always", _vllm_e4m3_always, {}, convention=VLLM, recipe="divide")
+    case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor0d", 0.7), cache_format="fp8_e5m2",
+                 cache_dtype=cache_dtype, recipe="divide")
+    assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["format:e4m3-bytes@cache-e5m2"]
+    assert Diagnoser(impl, CPU).diagnose(case.replace(cache_format="fp8_e4m3", cache_dtype="uint8")) == []

@@ -102,3 +102,14 @@ def test_uint8_cache_through_vllm_is_a_bit_copy():
     case = _case(k_scale=Scale("tensor1", 0.3), recipe="divide", cache_dtype="uint8", num_tokens=2,
                  cache_loc=(7, 1))
     assert _failure(VLLM, case) == ""
+
+
+@pytest.mark.parametrize("cache_dtype", ["float8_e5m2", "uint8"])
+def test_vllm_example_is_told_e5m2_by_kv_cache_dtype(cache_dtype):
+    """An e5m2 Case reaches a vLLM-convention kernel as kv_cache_dtype="fp8_e5m2" (its e5m2 bytes are
+    right only if it was told); a format vLLM has no word for is inexpressible."""
+    case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor0d", 0.7), recipe="divide",
+                 cache_format="fp8_e5m2", cache_dtype=cache_dtype)
+    assert _failure(VLLM, case) == ""
+    with pytest.raises(pytest.skip.Exception, match="no kv_cache_dtype for fp8_e4m3fnuz"):
+        check_case(case.replace(cache_format="fp8_e4m3fnuz", cache_dtype="uint8"), from_spec(VLLM), DEVICE)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from strategies.build import _hash32_int
-from strategies.case import Case, Layout, Override, Scale
+from strategies.case import FP8_CACHE_DTYPES, Case, Layout, Override, Scale
 from strategies.fp import FORMATS, from_bits, round_to, to_bits
 
 #: Values an ordinary input takes (times its scale) when the Case's own values are ablated: e4m3
@@ -208,6 +208,19 @@ def _set(attr: str, current: object, plain: object) -> Callable[[Case, str], Ite
     return variants
 
 
+def _cache_uint8(case: Case, plain: str) -> Iterator[Case]:
+    if case.cache_dtype == "uint8":  # the float8 dtype of the same format
+        yield case.replace(cache_dtype=FP8_CACHE_DTYPES[case.cache_format])
+
+
+def _cache_format(fmt: str) -> Callable[[Case, str], Iterator[Case]]:
+    def variants(case: Case, plain: str) -> Iterator[Case]:
+        if case.cache_format == fmt:  # e4m3, in the same storage (uint8 stays uint8)
+            dtype = "uint8" if case.cache_dtype == "uint8" else FP8_CACHE_DTYPES["fp8_e4m3"]
+            yield case.replace(cache_format="fp8_e4m3", cache_dtype=dtype)
+    return variants
+
+
 def _input_dtype(dtype: str) -> Callable[[Case, str], Iterator[Case]]:
     def variants(case: Case, plain: str) -> Iterator[Case]:
         if case.input_dtype == dtype:
@@ -281,7 +294,9 @@ ABLATIONS: tuple[Ablation, ...] = (
                                                                                 4)),
     Ablation("strided-input", "only for strided inputs", _contiguous(("k_layout", "v_layout"), 3)),
     Ablation("strided-loc", "only for a strided cache_loc", _loc_stride),
-    Ablation("cache-uint8", "only for a uint8 cache", _set("cache_dtype", "uint8", "float8_e4m3fn")),
+    Ablation("cache-uint8", "only for a uint8 cache", _cache_uint8),
+    Ablation("cache-e5m2", "only for e5m2 caches", _cache_format("fp8_e5m2")),
+    Ablation("cache-fnuz", "only for e4m3fnuz caches", _cache_format("fp8_e4m3fnuz")),
     Ablation("cache-3d", "only for a 3-D cache [slots, H, D]", _set("cache_rank", 3, 4)),
     Ablation("input-2d", "only for a 2-D input [T, H*D]", _set("input_rank", 2, 3)),
     Ablation("input-float16", "only for float16 input", _input_dtype("float16")),

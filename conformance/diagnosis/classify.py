@@ -129,9 +129,9 @@ def _scale_value(scale: Scale) -> float:
     return 1.0 if scale.kind == "none" else scale.value
 
 
-def _quantized(x: torch.Tensor, value: float, recipe: str) -> torch.Tensor:
-    """uint8 [T, H, D]: what each token writes under `recipe` with a scale of `value` (CPU)."""
-    return quantize(x, ScaleArg("float", value, None), get_recipe(recipe)).cpu()
+def _quantized(x: torch.Tensor, value: float, recipe: str, cache_format: str = "fp8_e4m3") -> torch.Tensor:
+    """uint8 [T, H, D]: what each token writes under `recipe` with a scale of `value`, in the cache's format (CPU)."""
+    return quantize(x, ScaleArg("float", value, None), get_recipe(recipe), cache_format).cpu()
 
 
 class _Rows:
@@ -157,7 +157,7 @@ class _Rows:
         value = _scale_value(self.scale) if value is None else value
         key = (value, recipe)
         if key not in self._cache:
-            self._cache[key] = _quantized(self.x, value, recipe)
+            self._cache[key] = _quantized(self.x, value, recipe, self.case.cache_format)
         return self._cache[key]
 
     def row(self, buf: torch.Tensor, slot: int) -> torch.Tensor:
@@ -782,7 +782,7 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                                    replayable=False)], m.group(1) if m else None, case, replayable=False)
     if impl is None or device is None:
         return _lines_fallback(message) or [Finding("unclassified", "unclassified:no-impl", normalize(what))]
-    if module == "test_exhaustive":
+    if module == "test_exhaustive" or test.endswith("_all_patterns"):  # the formats' exhaustive twins too
         case, fill = _exhaustive_case(params, impl, message)
         findings = diagnosed_findings(case, impl, device, fill) if case is not None else []
         findings = findings or _lines_fallback(message) or [Finding("wrong-bytes", "wrong-bytes:values",

@@ -118,7 +118,8 @@ class Diagnoser:
         # to a real slot, say): a call that passes once may fail the next time. The CPU is sequential.
         for _ in range(GPU_TRIES if self.device.type == "cuda" else 1):
             try:
-                expected, actual, error, before, report = run_case(case, self.impl, self.device, self.fill)
+                expected, actual, error, before, report = run_case(case, self.impl.telling(case), self.device,
+                                                                   self.fill)
             except Exception:  # the reference refused the variant (the suite's own limit): not evidence
                 return None
             found = [] if error else classify_result(case, expected, actual, None, before)

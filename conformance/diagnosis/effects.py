@@ -26,9 +26,17 @@ from conformance.diagnosis.classify import _quantized, _Rows, _scale_value, _sca
 from kernel import RECIPES, naive_fp8_set_kv_buffer
 from kernel.plan import ScaleArg
 from kernel.recipe import Recipe, get_recipe
-from kernel.reference import INPUT_FORMATS, _magnitudes, encode_e4m3, round_to_input_dtype, scaled
+from kernel.reference import (
+    CACHE_FORMATS,
+    INPUT_FORMATS,
+    _finite_bytes,
+    _magnitudes,
+    encode_fp8,
+    round_to_input_dtype,
+    scaled,
+)
 from strategies.build import Built
-from strategies.case import Case
+from strategies.case import FP8_CACHE_DTYPES, Case
 
 
 @dataclass
@@ -51,6 +59,7 @@ TITLES = {
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
     "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
+    "format:e4m3-bytes": "writes e4m3 bytes into a cache of another format (the format it is told is ignored)",
     "scale:ignored": "ignores a scale (writes a cache as if its scale were 1.0)",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
@@ -255,12 +264,12 @@ def _multiplied(rows: _Rows, held: str) -> torch.Tensor:
     y = rows.x.to(torch.float32) * s
     if recipe.intermediate == "input":
         y = round_to_input_dtype(y, INPUT_FORMATS[rows.x.dtype])
-    return encode_e4m3(y, recipe).cpu()
+    return encode_fp8(y, recipe, CACHE_FORMATS[rows.case.cache_format]).cpu()
 
 
-def _flushed(e: torch.Tensor, keep_sign: bool) -> torch.Tensor:
+def _flushed(e: torch.Tensor, keep_sign: bool, cache_format: str) -> torch.Tensor:
     mag = e & 0x7F
-    sub = (mag >= 1) & (mag <= 7)
+    sub = (mag >= 1) & (mag < 1 << CACHE_FORMATS[cache_format].mantissa_bits)  # the subnormal bytes
     return torch.where(sub, e & 0x80 if keep_sign else torch.zeros_like(e), e)
 
 
@@ -276,20 +285,22 @@ def _inputs_flushed(rows: _Rows, held: str) -> torch.Tensor | None:
     if not bool((small & (rows.x != 0)).any()):
         return None
     flushed = torch.where(small, torch.copysign(torch.zeros_like(rows.x), rows.x), rows.x)
-    return _quantized(flushed, _scale_value(rows.scale), held)
+    return _quantized(flushed, _scale_value(rows.scale), held, rows.case.cache_format)
 
 
 def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     e = rows.q(held)
     y = _pre_cast(rows, held).to(torch.float64).abs()
     mag = (e & 0x7F).to(torch.int64)
-    table = _magnitudes(torch.device("cpu"))
-    finite = mag < 0x7F  # 448 (0x7E) included: a value in (416, 448) rounds up to it, toward zero down
-    above = finite & (table[mag.clamp(max=0x7E)] > y) & (mag > 0)
+    fmt = CACHE_FORMATS[rows.case.cache_format]
+    table = _magnitudes(torch.device("cpu"), fmt)
+    # The largest finite byte included: e4m3's 448 (0x7E) is where a value in (416, 448) rounds up to.
+    finite = mag < _finite_bytes(fmt)
+    above = finite & (table[mag.clamp(max=_finite_bytes(fmt) - 1)] > y) & (mag > 0)
     return torch.where(above, e - 1, e)
 
 
-def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2) -> list[torch.Tensor]:
+def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2, cache_format: str = "fp8_e4m3") -> list[torch.Tensor]:
     """The e4m3 bytes of fp32 values y moved 1..`ulps` fp32 ulps down and up in magnitude, sign kept
     (PTX's div.full.f32, Triton's default `/`, is within 2 ulps of the IEEE quotient, and a quotient's
     sign is exact: a zero is not nudged across to the other sign)."""
@@ -299,17 +310,17 @@ def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2) -> list[torch.T
         z = magnitude
         for _ in range(ulps):
             z = torch.nextafter(z, torch.full_like(z, d))
-            out.append(encode_e4m3(torch.copysign(z, y), recipe))
+            out.append(encode_fp8(torch.copysign(z, y), recipe, CACHE_FORMATS[cache_format]))
     return out
 
 
 def _neighbours(rows: _Rows, held: str) -> list[torch.Tensor]:
     """The bytes of the recipe's pre-cast value up to two fp32 ulps below and above."""
-    return nudged_bytes(_pre_cast(rows, held), get_recipe(held))
+    return nudged_bytes(_pre_cast(rows, held), get_recipe(held), cache_format=rows.case.cache_format)
 
 
 def _value_cast(rows: _Rows, held: str) -> torch.Tensor:
-    return rows.q(held).view(torch.float8_e4m3fn).to(torch.uint8)
+    return rows.q(held).view(getattr(torch, FP8_CACHE_DTYPES[rows.case.cache_format])).to(torch.uint8)
 
 
 @dataclass
@@ -331,6 +342,8 @@ class _Written:
 
 def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Callable[[], torch.Tensor | list]]]:
     rows = w.rows
+    if case.cache_format != "fp8_e4m3":  # first: a kernel that writes e4m3 whatever it is told
+        yield "format:e4m3-bytes", lambda: _quantized(rows.x, _scale_value(rows.scale), held)
     flushed = _inputs_flushed(rows, held)
     if flushed is not None:  # first: at a tiny scale, scale:ignored and others read these zeros alike
         yield "flush-to-zero:inputs", lambda: flushed
@@ -346,7 +359,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     # matches no recipe is held to the closest, which need not be the one it deviates from.
     order = [held] + [r for r in RECIPES if r != held]
     for r in order:
-        yield "flush-to-zero", lambda r=r: [_flushed(rows.q(r), True), _flushed(rows.q(r), False)]
+        yield "flush-to-zero", lambda r=r: [_flushed(rows.q(r), True, case.cache_format),
+                                             _flushed(rows.q(r), False, case.cache_format)]
     if case.cache_dtype == "uint8":
         yield "storage:value-cast", lambda: _value_cast(rows, held)
     for r in order:
@@ -395,10 +409,11 @@ def _infinities_only(w: _Written, e: torch.Tensor, held: str) -> str | None:
     return "shown" if bool(((w.actual & 0x7F) == 0x7E)[finite_past].any()) else "possible"
 
 
-def _off_by_one(e: torch.Tensor, a: torch.Tensor) -> bool:
+def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3") -> bool:
     differ = e != a
     same_sign = ((e ^ a) & 0x80) == 0
-    finite = ((e & 0x7F) < 0x7F) & ((a & 0x7F) < 0x7F)
+    top = _finite_bytes(CACHE_FORMATS[cache_format])
+    finite = ((e & 0x7F) < top) & ((a & 0x7F) < top)
     step = ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16)).abs() == 1
     return bool((~differ | (same_sign & finite & step)).all())
 
@@ -422,7 +437,7 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
-        encoding = encoding_key(e, w.actual)
+        encoding = encoding_key(e, w.actual) if case.cache_format == "fp8_e4m3" else None  # e4m3's byte rules
         infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None
         if infinities == "shown":
             encoding = "encoding:inf-nan"
@@ -430,7 +445,7 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
             found.insert(0, encoding)  # a sign or overflow rule is the most specific
         if infinities == "possible":  # no finite value past 464 here to tell the two apart
             found.insert(1, "encoding:inf-nan")
-        if (not found or found[0] == "approximate-division") and _off_by_one(e, w.actual):
+        if (not found or found[0] == "approximate-division") and _off_by_one(e, w.actual, case.cache_format):
             # Within two fp32 ulps before the cast is within one e4m3 ulp after it: the wider class is an
             # alternative, so that a kernel off by up to one ulp is one defect whichever Case showed it.
             found.append("off-by-one-ulp")
