@@ -11,6 +11,6 @@ from hypothesis import settings
 
 def share(divisor: int, floor: int = 25) -> settings:
     """Settings with 1/divisor of the loaded profile's max_examples: at least `floor`, at most the profile's.
-    (gpu: 150 -> 50 for divisor 3; ci: 25 stays 25; thorough: 3000 -> 1000.)"""
+    (gpu: 100 -> 33 for divisor 3; ci: 25 stays 25; thorough: 3000 -> 1000.)"""
     profile = settings().max_examples
     return settings(max_examples=min(profile, max(floor, profile // divisor)))

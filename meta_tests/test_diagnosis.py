@@ -419,3 +419,17 @@ def test_e4m3_bytes_in_an_e5m2_cache_are_one_format_defect(cache_dtype: str) -> 
                  cache_dtype=cache_dtype, recipe="divide")
     assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["format:e4m3-bytes@cache-e5m2"]
     assert Diagnoser(impl, CPU).diagnose(case.replace(cache_format="fp8_e4m3", cache_dtype="uint8")) == []
+
+
+def _fp32_via_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """float32 inputs narrowed to bf16 before the recipe (a kernel that loads every input as bf16)."""
+    if k.dtype == torch.float32:
+        k, v = k.to(torch.bfloat16), v.to(torch.bfloat16)
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_float32_input_rounded_to_bf16_first_is_named_so() -> None:
+    case = _case(input_dtype="float32", recipe="single", head_dim=16, num_tokens=8, cache_loc=tuple(range(8)))
+    keys = [f.key for f in Diagnoser(_impl(_fp32_via_bf16, "single"), CPU).diagnose(case)]
+    assert keys == ["input-rounded:bfloat16@input-float32"]

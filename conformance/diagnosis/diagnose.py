@@ -361,9 +361,17 @@ def trigger_set(key: str) -> frozenset[str]:
     return frozenset(t for t in trigger_of(key).split("+") if t and t not in ("plain", "any"))
 
 
+def _value_dimension(effect: Effect, dimension: str) -> bool:
+    """A dimension of the values, for this effect: the scales differing is one, but for an effect about
+    which scale a cache is written with (where two equal scales hide it)."""
+    if dimension == "scales-differ":
+        return not effect.key.startswith("scale:")
+    return bool(BY_NAME.get(dimension) and BY_NAME[dimension].value)
+
+
 def _named(effect: Effect, trigger: list[str]) -> list[str]:
     """The trigger dimensions a defect is named by: a value effect's leave out the value dimensions."""
-    return [t for t in trigger if not (effect.value and BY_NAME.get(t) and BY_NAME[t].value)]
+    return [t for t in trigger if not (effect.value and _value_dimension(effect, t))]
 
 
 def identity(effect: Effect, trigger: list[str]) -> str:

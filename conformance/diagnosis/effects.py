@@ -58,6 +58,8 @@ TITLES = {
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
+    "input-rounded:bfloat16": "rounds float32 inputs to bfloat16 before quantizing (a double rounding)",
+    "input-rounded:float16": "rounds float32 inputs to float16 before quantizing (a double rounding)",
     "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
     "format:e4m3-bytes": "writes e4m3 bytes into a cache of another format (the format it is told is ignored)",
     "scale:ignored": "ignores a scale (writes a cache as if its scale were 1.0)",
@@ -355,6 +357,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
             yield key, lambda: [_multiplied(rows, r) for r in RECIPES]
         else:
             yield key, lambda value=value: rows.q(held, value)
+    if rows.x.dtype == torch.float32:  # float32 input narrowed first (a bf16/fp16 kernel's load, say)
+        for dtype in (torch.bfloat16, torch.float16):
+            yield f"input-rounded:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
+                rows.x.to(dtype).to(torch.float32), _scale_value(rows.scale), held, case.cache_format)
     # A deviation of the arithmetic is read against every recipe's steps, the held one first: a kernel that
     # matches no recipe is held to the closest, which need not be the one it deviates from.
     order = [held] + [r for r in RECIPES if r != held]
