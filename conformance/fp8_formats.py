@@ -124,11 +124,12 @@ def inputs_unmodified(impl: Implementation, before: dict[str, torch.Tensor], aft
             fail(impl, f"modified its input {name} (an {fmt.says} call):", f"{name}'s buffer changed", case)
 
 
-def check_drawn(data, impl: Implementation, device: torch.device, recipe: str, fmt: Format) -> None:
-    """Drawn Cases of fmt: whole caches equal the reference's, and no input changes."""
+def check_drawn(data, impl: Implementation, device: torch.device, recipes: tuple[str, ...], fmt: Format) -> None:
+    """Drawn Cases of fmt (a recipe drawn among those held): whole caches equal the reference's, and no input
+    changes."""
     target = held(impl, fmt, device)
     size = "large" if device.type == "cuda" else "small"
-    case = data.draw(format_cases(impl, fmt, recipes=(recipe,), size=size, allow_out_of_range=True), label="case")
+    case = data.draw(format_cases(impl, fmt, recipes=recipes, size=size, allow_out_of_range=True), label="case")
     built = build(case, device)
     expected = run_reference(case, device, built.copy(inputs=False))
     before = built.snapshot()
@@ -223,11 +224,12 @@ def check_formats_alternate(data, impl: Implementation, device: torch.device, or
         check_case(case.replace(seed=seed, cache_format=name), target, device)
 
 
-def check_per_head(data, impl: Implementation, device: torch.device, recipe: str, fmt: Format) -> None:
-    """Per-head scales ([H] float32, strided or not) on caches of fmt: bit-exact (test_per_head's property)."""
+def check_per_head(data, impl: Implementation, device: torch.device, recipes: tuple[str, ...], fmt: Format) -> None:
+    """Per-head scales ([H] float32, strided or not) on caches of fmt, a recipe drawn among those held: bit-exact
+    (test_per_head's property)."""
     _skip_unless_per_head(impl)
     target = held(impl, fmt, device)
-    case = data.draw(format_cases(impl, fmt, recipes=(recipe,), allow_out_of_range=True, min_heads=2), label="case")
+    case = data.draw(format_cases(impl, fmt, recipes=recipes, allow_out_of_range=True, min_heads=2), label="case")
     values = data.draw(per_head_values(case.num_heads), label="k_scale_per_head")
     step = data.draw(st.sampled_from((1, 2)), label="scale_step")
     expected = _per_head(build(case, device), "k_scale", values, step)

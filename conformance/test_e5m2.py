@@ -58,10 +58,10 @@ E5M2 = Format("fp8_e5m2", "float8_e5m2", "e5m2")
 
 @variant_settings
 @given(data=st.data())
-def test_e5m2_is_bit_exact(data, impl, device, recipe):
+def test_e5m2_is_bit_exact(data, impl, device, recipes):
     """Drawn e5m2 Cases (any layout, dtype, scale kind, special values at e5m2's edges): whole caches
     equal the reference's, and no input changes (the scale tensors included)."""
-    check_drawn(data, impl, device, recipe, E5M2)
+    check_drawn(data, impl, device, recipes, E5M2)
 
 
 # bf16 bits of values at e5m2's edges (scale 1): what docs/e5m2.md states for each, saturate / non-saturate
@@ -113,9 +113,9 @@ def test_formats_alternate_on_one_layout(data, impl, device):
 
 @variant_settings
 @given(data=st.data())
-def test_e5m2_per_head_scales(data, impl, device, recipe):
+def test_e5m2_per_head_scales(data, impl, device, recipes):
     """Per-head scales ([H] float32, strided or not) on e5m2 caches: bit-exact (test_per_head's property)."""
-    check_per_head(data, impl, device, recipe, E5M2)
+    check_per_head(data, impl, device, recipes, E5M2)
 
 
 def test_uint8_without_cache_dtype_is_e4m3(impl, device):
