@@ -433,3 +433,78 @@ def test_float32_input_rounded_to_bf16_first_is_named_so() -> None:
     case = _case(input_dtype="float32", recipe="single", head_dim=16, num_tokens=8, cache_loc=tuple(range(8)))
     keys = [f.key for f in Diagnoser(_impl(_fp32_via_bf16, "single"), CPU).diagnose(case)]
     assert keys == ["input-rounded:bfloat16@input-float32"]
+
+
+def _torch_single(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, encode) -> None:
+    """recipe single (x * fp32(1/s)) onto e4m3 by `encode` (fp32 -> float64 grid values), contiguous caches."""
+    for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        s = torch.tensor(1.0 if scale is None else float(scale), dtype=torch.float32)
+        y = x.float().reshape(x.shape[0], -1) * (1.0 / s)
+        q = encode(y.double()).to(torch.float8_e4m3fn).view(torch.uint8)
+        rows = cache.view(torch.uint8).reshape(-1, q.shape[1])
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0]:
+                rows[slot] = q[t]
+
+
+def _half_away(a: torch.Tensor) -> torch.Tensor:
+    """|y| onto the e4m3 grid, ties away from zero (floor(a / q + 0.5) * q), saturating at 448."""
+    m = a.abs()
+    binade = torch.floor(torch.log2(m.clamp(min=2.0**-30))).clamp(min=-6)
+    q = 2.0 ** (binade - 3)
+    return torch.copysign(torch.floor(m / q + 0.5).mul(q).clamp(max=448.0), a)
+
+
+def _ties_away_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                     *, recipe="single", checked=False):
+    _torch_single(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, _half_away)
+
+
+def _saturates_240_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="single", checked=False):
+    _torch_single(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, lambda y: y.clamp(-240.0, 240.0).float())
+
+
+@pytest.mark.parametrize("fn, key", [(_ties_away_write, "rounds-ties-away@any"),
+                                     (_saturates_240_write, "saturates-low@any")])
+def test_a_rounding_or_overflow_rule_of_its_own_is_named(fn, key) -> None:
+    """Ties rounded away from zero (a software encoder's floor(a / q + 0.5)), and a clamp at e4m3fnuz's 240
+    in an e4m3 write: each its own value model, not an approximate division or bytes nothing explains."""
+    over = tuple(Override("k", i, bits, "edge") for i, bits in enumerate((0x3F88, 0x3A80, 0x43C0, 0xC3A0)))
+    case = _case(recipe="single", num_tokens=4, cache_loc=(0, 1, 2, 5), head_dim=8, overrides=over,
+                 k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 0.03125))
+    assert [f.key for f in Diagnoser(_impl(fn, "single"), CPU).diagnose(case)] == [key]
+
+
+def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path) -> None:
+    """A kernel that memoizes 1/s by the scale tensor's address fails wherever an earlier call left a stale
+    value: its defects, each a chance fit, are right when replayed as a fresh process's first call. Those, and
+    the failures no Case was kept for, are one defect; a defect that fails fresh too stays itself."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import HISTORY, _merge_history
+    files = {name: tmp_path / f"{name}.json" for name in ("stale", "also-stale", "real")}
+    for path in files.values():
+        path.write_text("{}")
+    groups = {
+        "scale:swapped@scales-differ": [("a", Finding("scale", "scale:swapped@scales-differ", "swapped",
+                                                      case_file=str(files["stale"])))],
+        "scale:ignored@page-size": [("b", Finding("scale", "scale:ignored@page-size", "ignored",
+                                                  case_file=str(files["also-stale"])))],
+        "padding:slot-0@padding": [("c", Finding("padding", "padding:slot-0@padding", "slot 0",
+                                                 case_file=str(files["real"])))],
+        "scale:inverted": [("d", Finding("scale", "scale:inverted", "inverted"))],
+        "validation:accepted": [("e", Finding("validation", "validation:accepted", "accepts"))],
+    }
+    asked: list[str] = []
+
+    def fresh(paths: list[str]) -> dict[str, bool | None]:
+        asked.extend(paths)
+        return {p: not p.endswith("real.json") for p in paths}
+
+    _merge_history(groups, fresh)
+    assert sorted(groups) == sorted([HISTORY, "padding:slot-0@padding", "validation:accepted"])
+    assert len(groups[HISTORY]) == 3 and sorted(asked) == sorted(map(str, files.values()))
+    deterministic = {"padding:slot-0@padding": [("c", Finding("padding", "padding:slot-0@padding", "slot 0",
+                                                              case_file=str(files["real"])))]}
+    _merge_history(deterministic, fresh)
+    assert list(deterministic) == ["padding:slot-0@padding"]

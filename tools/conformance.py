@@ -35,6 +35,7 @@ import kernel  # noqa: F401  (picks the Triton interpreter when there is no CUDA
 from conformance.conventions import CONVENTIONS, get_convention
 from conformance.diagnosis import report as reporting
 from conformance.diagnosis.capabilities import ROWS, argument_rows
+from conformance.diagnosis.fresh import replayer
 from conformance.impls import FUSED_SPEC, _split, from_spec, test_device
 from kernel.backend import ENCODER_ENV, describe, resolve_encoder
 from kernel.recipe import PTH_RECIPES
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 round(seconds, 1), "pytest_exit": rc, "budget_s": budget, "command": shlex.join(cmd)},
     }
     result = reporting.build(meta, reporting.read_records(records), ROWS, argument_rows(), cases_dir, failures,
-                             base, set(families))
+                             base, set(families), replayer(base["env"]))
     if args.encoder:  # the run chose the encoder through $KVFP8_ENCODER: say so in the copied cases too
         _pin_encoder(cases_dir, args.encoder)
     if records.exists():  # every test's outcome and findings, for a closer look

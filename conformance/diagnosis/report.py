@@ -21,6 +21,7 @@ from conformance.diagnosis.ablation import BY_NAME, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
 from conformance.diagnosis.diagnose import class_of, same_effect, trigger_of, trigger_set
+from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
 from strategies.case import Case
 
@@ -43,6 +44,9 @@ GROUP_TITLES = {
     "scale:ignored": "ignores a scale: writes a cache as if its scale were None",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
+    "state:earlier-calls": "writes bytes that depend on earlier calls: its failing calls are right when each is "
+                           "the first call of a fresh process (state kept between calls, such as a memoized scale "
+                           "or reciprocal; or a race)",
 }
 
 
@@ -253,8 +257,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:70] or "defect"
 
 
-def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str, str]) -> list[Defect]:
-    """Group the run's findings by key; copy each defect's smallest Case into cases_dir."""
+def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str, str],
+                 fresh: Fresh | None = None) -> list[Defect]:
+    """Group the run's findings by key; copy each defect's smallest Case into cases_dir. With `fresh`, the
+    defects whose smallest Case passes in a fresh process are one defect of the history (`_merge_history`)."""
     findings = [f for n in nodes.values() for f in n.findings]
     _cover(findings)
     for n in nodes.values():
@@ -270,6 +276,8 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_wider(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
+    if fresh is not None:
+        _merge_history(groups, fresh)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
                                            else 99, k))
     defects = []
@@ -299,13 +307,53 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
             target = cases_dir / f"{_slug(key)}.json"
             shutil.copyfile(best.case_file, target)
             d.case, d.case_size, d.excerpt = str(target), best.case_size, best.excerpt
-            if best.replayable:
+            if best.replayable and key != HISTORY:  # a history defect's Case passes when replayed alone
                 d.replay = f"python -m tools.repro {target}"
         d.excerpt = d.excerpt or group[0].excerpt
         if not d.replay:
             d.replay = pytest_command(owner[id(best if best is not None else group[0])], replay_base)
         defects.append(d)
     return defects
+
+
+HISTORY = "state:earlier-calls"
+#: Classes a fresh replay (tools.repro: both caches' bytes, or the raise) cannot show: arguments, crashes,
+#: graphs, inputs modified, caches past 2**31 bytes, dynamic per-(token, head) scales.
+NOT_REPLAYED = ("validation", "unclassified", "crash", "graph", "input-modified", "big-cache", "per-token-head")
+#: Classes of wrong values (not of places, raises or arguments).
+VALUE_EFFECTS = ("rounding", "scale", "encoding", "zero-sign", "flush-to-zero", "rounds-toward-zero",
+                 "rounds-ties-away", "approximate-division", "off-by-one-ulp", "saturates-low", "input-rounded",
+                 "storage", "format", "wrong-bytes")
+#: Keys a failure gets when its Case cannot be replayed, or passes when it is (its own text classified).
+UNREPRODUCED = ("wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-case")
+
+
+def _replayable_case(group: list[tuple[str, Finding]]) -> str | None:
+    cases = [f for _, f in group if f.replayable and f.case_file and Path(f.case_file).is_file()]
+    return min(cases, key=lambda f: (f.case_size or 0, f.case_file)).case_file if cases else None
+
+
+def _merge_history(groups: Groups, fresh: Fresh) -> None:
+    """Defects whose smallest Case fails in the run and passes in a fresh process (the implementation's first
+    call there) are one defect: its bytes depend on earlier calls. The run's failures that no replay could
+    reproduce (classified by their text alone) are symptoms of it too."""
+    cases = {key: _replayable_case(group) for key, group in groups.items()
+             if class_of(key) not in NOT_REPLAYED}
+    cases = {key: path for key, path in cases.items() if path}
+    if not cases:
+        return
+    outcome = fresh(list(cases.values()))
+    stale = [key for key, path in cases.items() if outcome.get(path) is True]
+    if not stale:
+        return
+    groups.setdefault(HISTORY, [])
+    for key in stale:
+        _move(groups, key, lambda _n, _f: (HISTORY, " (right when it is the first call, in a fresh process)"))
+    for key in [k for k in groups if k in UNREPRODUCED or k.startswith(tuple(u + "@" for u in UNREPRODUCED))]:
+        _move(groups, key, lambda _n, _f: (HISTORY, " (not reproduced when replayed)"))
+    # and the wrong values no Case was kept for, which no replay can tell from it
+    for key in [k for k in groups if k not in cases and class_of(k) in VALUE_EFFECTS and "@" not in k]:
+        _move(groups, key, lambda _n, _f: (HISTORY, " (no Case kept to replay)"))
 
 
 def _move(groups: Groups, key: str, host_of) -> None:
@@ -574,10 +622,11 @@ def cell_for(row: InputClass, nodes: dict[str, Node], defects: list[Defect], ran
 
 
 def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputClass], arg_rows: list[InputClass],
-          cases_dir: Path, failures: Path | None, replay_base: dict[str, str], ran: set[str]) -> dict[str, Any]:
+          cases_dir: Path, failures: Path | None, replay_base: dict[str, str], ran: set[str],
+          fresh: Fresh | None = None) -> dict[str, Any]:
     """The whole report as a JSON-ready dict (schema: docs/conformance.md)."""
     nodes = nodes_from(records, failures)
-    defects = defects_from(nodes, cases_dir, replay_base)
+    defects = defects_from(nodes, cases_dir, replay_base, fresh)
     capabilities = [cell_for(r, nodes, defects, ran) for r in rows]
     capabilities += [cell_for(r, nodes, defects, ran, argument=True) for r in arg_rows]
     outcomes = Counter(n.outcome for n in nodes.values())
