@@ -508,3 +508,25 @@ def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path
                                                               case_file=str(files["real"])))]}
     _merge_history(deterministic, fresh)
     assert list(deterministic) == ["padding:slot-0@padding"]
+
+
+def test_untriggered_graph_and_combined_failures_go_to_the_defects_their_case_triggers() -> None:
+    """A stale graph replay no re-capture reproduced (a GPU race between a stray write and a real one), on a
+    Case with out-of-range slots, is the run's one out-of-place defect that they trigger; what no model
+    explains on a minimal Case holding two defects' triggers is their effects at once."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_combined, _attribute_graph
+    oob = _case(cache_loc=(5, 0, 40))
+    graph = Finding("graph", "graph:stale", "stale", facts={"case": oob.to_dict()})
+    written = Finding("out-of-range", "out-of-range:written@out-of-range", "written")
+    groups = {"graph:stale": [("g", graph)], "out-of-range:written@out-of-range": [("o", written)]}
+    _attribute_graph(groups)
+    assert list(groups) == ["out-of-range:written@out-of-range"]
+    both = _case(v_layout=Layout((0, 1, 2), (0, 0, 0), 2, 0), v_cache_layout=Layout((0, 1, 2, 3), (0, 0, 0, 0), 2, 0))
+    unexplained = Finding("wrong-slot", "wrong-slot:unexplained@plain", "?", facts={"minimal": both.to_dict()})
+    groups = {"wrong-slot:unexplained@plain": [("u", unexplained)],
+              "strides:inputs-ignored@strided-input": [("a", Finding("strides", "strides:inputs-ignored@strided-input",
+                                                                      "inputs"))],
+              "strides:other-cache@cache-layouts-differ": [("b", Finding("strides", "x", "other"))]}
+    _attribute_combined(groups)
+    assert sorted(groups) == ["strides:inputs-ignored@strided-input", "strides:other-cache@cache-layouts-differ"]

@@ -542,6 +542,8 @@ def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
     """A graph defect is keyed `@plain` when a capture of the plain call fails too (an experiment, as
     every other trigger); otherwise its key names no trigger (the graph properties are not ablated)."""
     case = named_case(message)
+    if case is not None:  # the report attributes an untriggered graph defect by it (report._attribute_graph)
+        found.facts = {**found.facts, "case": case.to_dict()}
     if impl is None or device is None or case is None or device.type != "cuda":
         return found
     from conformance.diagnosis.ablation import words

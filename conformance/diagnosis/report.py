@@ -276,6 +276,8 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_wider(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
+    _attribute_graph(groups)
+    _attribute_combined(groups)
     if fresh is not None:
         _merge_history(groups, fresh)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
@@ -539,9 +541,49 @@ def _attribute_by_case(groups: Groups, hosts: list[str]) -> None:
 def _case_of(f: Finding) -> Case | None:
     from conformance.artifacts import load_case
     try:
-        return load_case(f.case_file)[0] if f.case_file else None
+        if f.case_file:
+            return load_case(f.case_file)[0]
+        return Case.from_dict(f.facts["case"]) if f.facts.get("case") else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _attribute_combined(groups: Groups) -> None:
+    """What no model explains, with no trigger, on a minimal Case that holds the whole triggers of two or more
+    diagnosed defects: their effects at once (each ablation left the other's failure, so none made it
+    vanish). A symptom of the first of them."""
+    hosts = [k for k in groups if "@" in k and trigger_set(k) and same_effect(k) != "unexplained"
+             and not _symptom_only(k)]
+
+    def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
+        case = _case_of(f) or (Case.from_dict(f.facts["minimal"]) if f.facts.get("minimal") else None)
+        fits = [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+        if len(fits) < 2:
+            return None
+        return fits[0], f" (attributed: its Case has the triggers of {' and '.join(fits)}: their effects at once)"
+
+    for key in [k for k in groups if same_effect(k) == "unexplained" and not trigger_set(k)]:
+        _move(groups, key, host_of)
+
+
+def _attribute_graph(groups: Groups) -> None:
+    """A graph replay wrong where eager calls of its Case were right, with no trigger found (re-captured, it
+    passed): on a GPU, which of two writes to one byte lands is undefined, so a stray write's race can go
+    either way under a graph. When its Case has the whole trigger of exactly one defect that writes out of
+    place, it is a symptom of that defect."""
+    hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)
+             and k.split("@", 1)[0] not in READS_ONLY]
+
+    def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
+        case = _case_of(f)
+        fits = [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+        if len(fits) != 1:
+            return None
+        return fits[0], f" (attributed: a graph replay of a Case with {trigger_of(fits[0])}, the trigger of the " \
+                        "run's one such defect that writes out of place)"
+
+    for key in [k for k in groups if k in ("graph:stale", "graph:empty")]:
+        _move(groups, key, host_of)
 
 
 def _symptom_only(key: str) -> bool:
