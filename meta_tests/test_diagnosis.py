@@ -466,7 +466,7 @@ def _saturates_240_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scal
 
 
 @pytest.mark.parametrize("fn, key", [(_ties_away_write, "rounds-ties-away@any"),
-                                     (_saturates_240_write, "saturates-low@any")])
+                                     (_saturates_240_write, "saturates-low:240@any")])
 def test_a_rounding_or_overflow_rule_of_its_own_is_named(fn, key) -> None:
     """Ties rounded away from zero (a software encoder's floor(a / q + 0.5)), and a clamp at e4m3fnuz's 240
     in an e4m3 write: each its own value model, not an approximate division or bytes nothing explains."""

@@ -56,7 +56,6 @@ TITLES = {
                             "smallest normal)",
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
     "rounds-ties-away": "rounds ties away from zero instead of to even",
-    "saturates-low": "saturates at a bound below the format's largest finite value",
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
@@ -93,6 +92,8 @@ TITLES = {
 
 def title_of(key: str, held: str = "") -> str:
     effect = key.split("@", 1)[0]
+    if effect.startswith("saturates-low:"):
+        return f"saturates at ±{effect.split(':', 1)[1]}, below the format's largest finite value"
     if effect.startswith("rounding:"):
         return f"computes {effect.split(':', 1)[1]}" + (f" where {held} is asked" if held else "")
     if effect.startswith("encoding:") and "+" in effect:
@@ -319,19 +320,24 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(tie, e + 1, e)
 
 
-def _saturated_low(w: _Written, held: str) -> torch.Tensor | None:
-    """The held recipe's bytes with every finite magnitude above the largest one the call wrote clamped to
-    it (a clamp at another format's maximum: e4m3fnuz's 240 in an e4m3 write); None when the call wrote the
-    format's largest finite value (no lower bound shows)."""
+def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
+    """(bound, bytes): the held recipe's bytes with every finite magnitude above the largest one the call
+    wrote clamped to it (a clamp at another format's maximum: e4m3fnuz's 240 in an e4m3 write). None when
+    the call wrote the format's largest finite value, or nothing as large as a quarter of it (a bound
+    that low is no format's maximum: every byte ±0 at an extreme scale is not a clamp)."""
     e = w.rows.q(held)
-    last = _finite_bytes(CACHE_FORMATS[w.rows.case.cache_format]) - 1
+    fmt = CACHE_FORMATS[w.rows.case.cache_format]
+    last = _finite_bytes(fmt) - 1
     written = (w.actual & 0x7F).to(torch.int64)
     finite = written[written <= last]
     if finite.numel() == 0 or int(finite.max()) >= last:
         return None
     bound = int(finite.max())
+    value = float(_magnitudes(torch.device("cpu"), fmt)[bound])
+    if value < fmt.max_finite / 4:
+        return None
     mag = (e & 0x7F).to(torch.int64)
-    return torch.where((mag > bound) & (mag <= last), (e & 0x80) | bound, e)
+    return value, torch.where((mag > bound) & (mag <= last), (e & 0x80) | bound, e)
 
 
 def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2, cache_format: str = "fp8_e4m3") -> list[torch.Tensor]:
@@ -406,8 +412,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for r in order:
         yield "rounds-ties-away", lambda r=r: _ties_away(rows, r)
     saturated = _saturated_low(w, held)
-    if saturated is not None:
-        yield "saturates-low", lambda: saturated
+    if saturated is not None:  # the bound in the key: re-drawn calls must show the same one
+        yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]
     for r in order:
         yield "approximate-division", lambda r=r: [rows.q(r), *_neighbours(rows, r)]
 
