@@ -530,3 +530,32 @@ def test_untriggered_graph_and_combined_failures_go_to_the_defects_their_case_tr
               "strides:other-cache@cache-layouts-differ": [("b", Finding("strides", "x", "other"))]}
     _attribute_combined(groups)
     assert sorted(groups) == ["strides:inputs-ignored@strided-input", "strides:other-cache@cache-layouts-differ"]
+
+
+def _bound_heads(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                 recipe="unfused", checked=False):
+    """Its bounds check reads the number of slots as pages x H (a [pages, H, page, D] layout's), not pages x
+    page_size: in-range slots past it are skipped, and slots past the cache but below it raise."""
+    bound = k_cache.shape[0] * k_cache.shape[-2] if k_cache.dim() == 4 else k_cache.shape[0]
+    slots = k_cache.shape[0] * (k_cache.shape[1] if k_cache.dim() == 4 else 1)
+    if bool(((cache_loc >= slots) & (cache_loc < bound)).any()):
+        raise IndexError("index out of range in self")
+    loc = torch.where(cache_loc >= bound, torch.full_like(cache_loc, -1), cache_loc)
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _tile_tail(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+               recipe="unfused", checked=False):
+    """Tiles of 4 tokens and no tail: the last T % 4 tokens are never written."""
+    keep = k.shape[0] - k.shape[0] % 4
+    loc = torch.cat([cache_loc[:keep], torch.full_like(cache_loc[keep:], -1)])
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_wrong_number_of_slots_is_told_from_a_tile_tail() -> None:
+    """Both leave in-range slots unwritten; a bound of pages x H is the same formula on a cache with more
+    pages, where a tile tail's unwritten slots are the same tokens' and line up with no such bound."""
+    case = _case(num_tokens=3, num_pages=3, page_size=16, num_heads=2, cache_loc=(5, 0, 9))
+    assert [f.key for f in Diagnoser(_impl(_bound_heads), CPU).diagnose(case)] == ["out-of-range:wrong-bound@plain"]
+    tail = _case(num_tokens=7, num_pages=3, page_size=16, num_heads=2, cache_loc=(0, 1, 2, 3, 40, 7, 8))
+    assert [f.key for f in Diagnoser(_impl(_tile_tail), CPU).diagnose(tail)] == ["wrong-slot:unwritten@plain"]

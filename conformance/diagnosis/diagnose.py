@@ -23,7 +23,7 @@ import torch
 
 from conformance.diagnosis.ablation import ABLATIONS, BIG_CACHE_BYTES, BY_NAME, Ablation, cache_bytes, words
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
-from conformance.diagnosis.effects import TITLES, Effect, explain, summary, title_of
+from conformance.diagnosis.effects import TITLES, Effect, _unwritten, explain, summary, title_of
 from conformance.impls import Implementation
 from strategies.build import Built, build
 from strategies.case import Case, Layout, Scale
@@ -217,7 +217,25 @@ class Diagnoser:
                            f"here: {', '.join(names) or '?'}")]
         effects = explain(case, r.expected, r.actual, r.before, self._fresh(case))
         effects = [self._told_apart(case, e) if e.alternatives else e for e in effects]
+        effects = [self._bound_confirmed(case, e, symptom, r) if e.key == "out-of-range:wrong-bound" else e
+                   for e in effects]
         return [self._corroborated(case, e, symptom, r) for e in effects]
+
+    def _bound_confirmed(self, case: Case, effect: Effect, symptom: str, replay: Replay) -> Effect:
+        """A wrong number of slots (pages x H, say) must be the same formula on a cache of other sizes: the
+        Case is replayed with more pages, and where slots are still left unwritten the same bound must
+        explain it. A tile tail that leaves the last tokens unwritten can line up with such a bound once;
+        refuted, the effect is the slots left unwritten (or what no model explains)."""
+        variant = case.replace(num_pages=2 * case.num_pages + 1, num_heads=case.num_heads)
+        r = self.replay(variant)
+        if r is None or r.error or symptom not in r.symptoms:
+            return effect
+        again = explain(variant, r.expected, r.actual, r.before, self._fresh(variant))
+        if any(e.key == effect.key and e.detail == effect.detail for e in again):
+            return effect
+        key = ("wrong-slot:unwritten" if _unwritten(case, replay.expected, replay.actual, replay.before)
+               else "wrong-slot:unexplained")
+        return Effect(key, TITLES[key], f"{effect.detail} fit these slots, not those of a cache with more pages")
 
     def _fresh(self, case: Case) -> Callable[[], Built]:
         return lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)

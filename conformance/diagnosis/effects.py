@@ -75,6 +75,8 @@ TITLES = {
                             "(floor division wraps -1 to the last slot)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
     "out-of-range:written": "writes tokens whose slot is out of range instead of skipping them",
+    "out-of-range:wrong-bound": "skips in-range slots past a wrong number of slots (the cache's size read from "
+                                "another dimension)",
     "encoding:nan-sign": "keeps the sign of a negative NaN (0xFF where every recipe writes 0x7F)",
     "encoding:saturates": "saturates to ±448 where the recipe gives NaN",
     "encoding:nan-past-448": "gives NaN past ±448 where the recipe saturates",
@@ -203,6 +205,24 @@ def _wrap_negative(loc: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where((loc < 0) & (loc >= -n), loc + n, loc)
 
 
+def _bound(name: str, slots: Callable[[Case], int]) -> Callable[[Built], dict | None]:
+    """The call with every token whose slot is at or past a wrong number of slots skipped (as padding): a
+    bounds check that reads the cache's size from another dimension (pages x H for a [pages, H, page, D]
+    layout's, say) leaves the in-range slots past it unwritten."""
+    def call(b: Built) -> dict | None:
+        bound = slots(b.case)
+        loc = b.cache_loc
+        if not 0 < bound < b.case.num_slots or not bool(((loc >= bound) & (loc < b.case.num_slots)).any()):
+            return None
+        return {**b.call(), "cache_loc": torch.where(loc >= bound, torch.full_like(loc, -1), loc)}
+    call.__name__ = name
+    return call
+
+
+#: Wrong numbers of slots a kernel's bounds check has read: the pages times another dimension of the cache.
+BOUNDS = (("pages x H", lambda c: c.num_pages * c.num_heads), ("pages x D", lambda c: c.num_pages * c.head_dim),
+          ("pages", lambda c: c.num_pages), ("pages x H x D", lambda c: c.num_pages * c.num_heads * c.head_dim))
+
 PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:inputs-ignored", "both inputs", _inputs(("k", "v"), False)),
     ("strides:inputs-ignored", "k", _inputs(("k",), False)),
@@ -221,6 +241,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
                                                                                                      loc))),
+    *(("out-of-range:wrong-bound", f"slots at or past {name} skipped", _bound(name, slots)) for name, slots in BOUNDS),
 )
 
 

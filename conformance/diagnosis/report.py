@@ -271,6 +271,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
             groups.setdefault(f.key, []).append((n.nodeid, f))
     _merge_narrower(groups)
     _merge_raises(groups)
+    _merge_wrong_bound(groups)
     _merge_same_exception(groups)
     _merge_explained(groups)
     _merge_wider(groups)
@@ -605,6 +606,18 @@ def _merge_raises(groups: Groups) -> None:
         best = [h for h in hosts if len(trigger_set(h)) == max(len(trigger_set(x)) for x in hosts)]
         if len(best) == 1:
             _move(groups, key, lambda _n, _f, host=best[0]: (host, ""))
+
+
+def _merge_wrong_bound(groups: Groups) -> None:
+    """A wrong number of slots cuts both ways: in-range slots past it are skipped (the defect), and slots
+    past the cache but below it are written, or raise. So a raise or crash with out-of-range slots in its
+    trigger is a symptom of the run's one wrong-bound defect."""
+    hosts = [k for k in groups if k.startswith("out-of-range:wrong-bound")]
+    if len(hosts) != 1:
+        return
+    for key in [k for k in groups if class_of(k) in ("raises", "crash", "out-of-range") and k != hosts[0]
+                and "out-of-range" in trigger_set(k)]:
+        _move(groups, key, lambda _n, _f: (hosts[0], " (slots past the cache but below the wrong bound)"))
 
 
 def _merge_same_exception(groups: Groups) -> None:
