@@ -559,3 +559,22 @@ def test_a_wrong_number_of_slots_is_told_from_a_tile_tail() -> None:
     assert [f.key for f in Diagnoser(_impl(_bound_heads), CPU).diagnose(case)] == ["out-of-range:wrong-bound@plain"]
     tail = _case(num_tokens=7, num_pages=3, page_size=16, num_heads=2, cache_loc=(0, 1, 2, 3, 40, 7, 8))
     assert [f.key for f in Diagnoser(_impl(_tile_tail), CPU).diagnose(tail)] == ["wrong-slot:unwritten@plain"]
+
+
+def _scale_in_fp16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """Holds each scale in float16 before the recipe (a writer storing its scale narrower than the reader)."""
+    def narrowed(s):
+        if isinstance(s, torch.Tensor):
+            return s.half().float()
+        return None if s is None else float(torch.tensor(s, dtype=torch.float32).half())
+    _reference(k, v, k_cache, v_cache, cache_loc, narrowed(k_scale), narrowed(v_scale), page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_a_scale_held_in_fp16_is_named_so() -> None:
+    """fp16(0.3) is 0.3 within 2**-12: one e4m3 byte in a few hundred flips, so the Case holds 16K values."""
+    case = _case(recipe="divide", num_tokens=32, num_heads=4, head_dim=64, num_pages=2, page_size=16,
+                 cache_loc=tuple(range(32)), k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7))
+    keys = [f.key for f in Diagnoser(_impl(_scale_in_fp16, "divide"), CPU).diagnose(case)]
+    assert keys == ["scale:held-float16@any"]

@@ -221,11 +221,18 @@ def _recipes_matching(rows: _Rows, slots: list[int], mask: torch.Tensor, held: s
     return [r for r in RECIPES if r != held and bool((rows.q(r)[toks] == actual)[mask].all())]
 
 
+def _rounded_scale(value: float, dtype: torch.dtype) -> float:
+    return torch.tensor(value, dtype=torch.float32).to(dtype).float().item()
+
+
 def _scale_variant_values(rows: _Rows) -> dict[str, float]:
-    """The scale each scale variant uses in place of the cache's own: None, the other cache's, 1/s."""
+    """The scale each scale variant uses in place of the cache's own: None, the other cache's, 1/s, and the
+    scale held in bf16 or fp16 (a writer that stores its scale narrower than the reader's fp32)."""
     own = _scale_value(rows.scale)
     variants = [(1.0, "scale:ignored"), (_scale_value(rows.other), "scale:swapped"),
-                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted")]
+                (1.0 / own if 0 < own < float("inf") else None, "scale:inverted"),
+                (_rounded_scale(own, torch.float16), "scale:held-float16"),
+                (_rounded_scale(own, torch.bfloat16), "scale:held-bfloat16")]
     return {key: value for value, key in variants if value is not None and value != own and 0 < value < float("inf")}
 
 
@@ -269,7 +276,9 @@ def explanation_title(key: str, which: str, held: str) -> str:
         return f"computes {key.split(':', 1)[1]} where {held} is asked"
     return {"scale:ignored": f"ignores a scale: writes {which} as if {name} were None",
             "scale:swapped": f"writes {which} with the other cache's scale",
-            "scale:inverted": f"multiplies {which} by {name} instead of dividing by it"}[key]
+            "scale:inverted": f"multiplies {which} by {name} instead of dividing by it",
+            "scale:held-float16": f"holds {name} in float16 (rounds it before using it)",
+            "scale:held-bfloat16": f"holds {name} in bfloat16 (rounds it before using it)"}[key]
 
 
 def _encoding(e: torch.Tensor, a: torch.Tensor) -> list[Finding]:

@@ -380,10 +380,10 @@ def trigger_set(key: str) -> frozenset[str]:
 
 
 def _value_dimension(effect: Effect, dimension: str) -> bool:
-    """A dimension of the values, for this effect: the scales differing is one, but for an effect about
-    which scale a cache is written with (where two equal scales hide it)."""
+    """A dimension of the values, for this effect: the scales differing is one, but for a cache written with
+    the other cache's scale (which two equal scales hide)."""
     if dimension == "scales-differ":
-        return not effect.key.startswith("scale:")
+        return effect.key != "scale:swapped"
     return bool(BY_NAME.get(dimension) and BY_NAME[dimension].value)
 
 

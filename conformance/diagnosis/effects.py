@@ -66,6 +66,8 @@ TITLES = {
     "scale:ignored": "ignores a scale (writes a cache as if its scale were 1.0)",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
+    "scale:held-float16": "holds the scale in float16 (rounds it before using it)",
+    "scale:held-bfloat16": "holds the scale in bfloat16 (rounds it before using it)",
     "strides:inputs-ignored": "reads its inputs ignoring their strides (as if contiguous)",
     "strides:inputs-heads-ignored": "reads each token's heads and dims ignoring their strides",
     "strides:cache-loc-ignored": "reads cache_loc ignoring its stride (as if contiguous)",

@@ -44,6 +44,8 @@ GROUP_TITLES = {
     "scale:ignored": "ignores a scale: writes a cache as if its scale were None",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
+    "scale:held-float16": "holds the scale in float16 (rounds it before using it)",
+    "scale:held-bfloat16": "holds the scale in bfloat16 (rounds it before using it)",
     "state:earlier-calls": "writes bytes that depend on earlier calls: its failing calls are right when each is "
                            "the first call of a fresh process (state kept between calls, such as a memoized scale "
                            "or reciprocal; or a race)",
