@@ -233,7 +233,9 @@ def _scale_variant_values(rows: _Rows) -> dict[str, float]:
                 (1.0 / own if 0 < own < float("inf") else None, "scale:inverted"),
                 (_rounded_scale(own, torch.float16), "scale:held-float16"),
                 (_rounded_scale(own, torch.bfloat16), "scale:held-bfloat16")]
-    return {key: value for value, key in variants if value is not None and value != own and 0 < value < float("inf")}
+    # A held scale may underflow to 0 or overflow to inf (fp16's range): x / 0 is what such a writer computes.
+    return {key: value for value, key in variants if value is not None and value != own
+            and (0 < value < float("inf") or (key.startswith("scale:held-") and value == value))}
 
 
 def _scale_variants(rows: _Rows, slots: list[int], mask: torch.Tensor, held: str) -> list[str]:

@@ -416,6 +416,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for key, value in _scale_variant_values(rows).items():
         if key == "scale:inverted":  # x * s itself (x / fl(1/s) rounds otherwise), under any recipe's steps
             yield key, lambda: [_multiplied(rows, r) for r in RECIPES]
+        elif key.startswith("scale:held-"):  # under any recipe's steps: the closest recipe need not be its own
+            yield key, lambda value=value: [rows.q(r, value) for r in RECIPES]
         else:
             yield key, lambda value=value: rows.q(held, value)
     if rows.x.dtype == torch.float32:  # float32 input narrowed first (a bf16/fp16 kernel's load, say)

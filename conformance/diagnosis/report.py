@@ -248,6 +248,8 @@ class Defect:
 def _title(key: str, group: list[Finding]) -> str:
     if "@" in key:  # diagnosed: the finding says effect and trigger in words
         own = [f for f in group if f.key == key and not f.facts.get("symptom_of")] or group
+        # a finding merged in under this key (nested triggers, one explanation) keeps its own effect's title
+        own = [f for f in own if f.facts.get("effect") == key.split("@", 1)[0]] or own
         return Counter(f.title for f in own).most_common(1)[0][0]
     if key.startswith("rounding:"):
         asked = sorted({f.facts.get("held") for f in group if f.facts.get("held")}, key=list(RECIPES).index)
