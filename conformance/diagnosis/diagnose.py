@@ -403,7 +403,8 @@ def identity(effect: Effect, trigger: list[str]) -> str:
 #: A model whose dimension is not in the trigger fit the bytes by chance (V written with K's strides reads
 #: as V written contiguously when K's cache is contiguous; a head-major write can read as either).
 MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
-            "strides:cache-loc-ignored": "strided-loc", "strides:other-cache": "cache-layouts-differ",
+            "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
+            "strides:other-cache": "cache-layouts-differ",
             "strides:cache-ignored": "strided-cache", "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
             "out-of-range:written": "out-of-range"}
 

@@ -71,6 +71,7 @@ TITLES = {
     "strides:inputs-ignored": "reads its inputs ignoring their strides (as if contiguous)",
     "strides:inputs-heads-ignored": "reads each token's heads and dims ignoring their strides",
     "strides:cache-loc-ignored": "reads cache_loc ignoring its stride (as if contiguous)",
+    "strides:input-2d-as-dh": "reads a 2-D input [T, H*D] as [T, D, H] (its two dimensions swapped)",
     "strides:other-cache": "writes one cache with the other cache's strides",
     "strides:cache-ignored": "writes a cache ignoring its strides (as if contiguous)",
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
@@ -86,6 +87,7 @@ TITLES = {
     "encoding:inf-nan": "writes NaN for an infinite value where the recipe saturates (finite values past 464 "
                         "saturate)",
     "encoding:nan-lost": "writes a finite byte where the recipe gives NaN",
+    "encoding:overflow-sign": "saturates with the wrong sign (±448 of the other sign: the sign lost on overflow)",
     "zero-sign:plus": "writes +0 (0x00) for -0 (drops the sign of zero)",
     "zero-sign:minus": "writes -0 (0x80) for +0",
     "wrong-slot:unwritten": "leaves slots that tokens name unwritten",
@@ -161,6 +163,17 @@ def _inputs(names: tuple[str, ...], heads_only: bool) -> Callable[[Built], dict 
     return call
 
 
+def _input_2d_as_dh(b: Built) -> dict | None:
+    """A 2-D input [T, H*D] read as [T, D, H] (a flattened layout's two dimensions swapped)."""
+    if b.case.input_rank != 2 or b.case.num_heads < 2 or b.case.head_dim < 2:
+        return None
+    out = b.call()
+    for name in ("k", "v"):
+        t = getattr(b, name)
+        out[name] = t.reshape(t.shape[0], b.case.head_dim, b.case.num_heads).transpose(1, 2)
+    return out
+
+
 def _loc_contiguous(b: Built) -> dict | None:
     if b.case.loc_step == 1 or b.case.num_tokens == 0:
         return None
@@ -232,6 +245,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:inputs-heads-ignored", "both inputs", _inputs(("k", "v"), True)),
     ("strides:inputs-heads-ignored", "k", _inputs(("k",), True)),
     ("strides:inputs-heads-ignored", "v", _inputs(("v",), True)),
+    ("strides:input-2d-as-dh", "", _input_2d_as_dh),
     ("strides:cache-loc-ignored", "", _loc_contiguous),
     ("strides:other-cache", "v_cache with k_cache's strides", _other_cache("v_cache")),
     ("strides:other-cache", "k_cache with v_cache's strides", _other_cache("k_cache")),
@@ -455,7 +469,7 @@ def encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
     nan_e, nan_a = (e & 0x7F) == 0x7F, (a & 0x7F) == 0x7F
     sat_e, sat_a = (e & 0x7F) == 0x7E, (a & 0x7F) == 0x7E
     rules = {"saturates": nan_e & sat_a, "nan-past-448": sat_e & nan_a, "nan-produced": nan_a & ~nan_e & ~sat_e,
-             "nan-lost": nan_e & ~nan_a & ~sat_a}
+             "nan-lost": nan_e & ~nan_a & ~sat_a, "overflow-sign": sat_e & sat_a & (((e ^ a) & 0x80) != 0)}
     covered = torch.zeros_like(rest)
     for name, where in rules.items():
         if (rest & where).any():
@@ -510,6 +524,9 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         single = [s for s in rows.writers if len(rows.writers[s]) == 1]
         w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
         e = torch.stack([rows.row(rows.exp, s) for s in single])
+        old = torch.stack([rows.row(rows.before, s) for s in single])
+        if bool((w.actual == old)[e != w.actual].all()):
+            return []  # every differing byte is the slot's old one: not written (no value rule fit by chance)
         found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual) if case.cache_format == "fp8_e4m3" else None  # e4m3's byte rules
         infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None

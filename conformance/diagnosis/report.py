@@ -283,6 +283,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_crashes(groups)
     _attribute_graph(groups)
     _attribute_combined(groups)
+    _attribute_to_one_value_defect(groups)
     if fresh is not None:
         _merge_history(groups, fresh)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
@@ -569,6 +570,23 @@ def _attribute_combined(groups: Groups) -> None:
 
     for key in [k for k in groups if same_effect(k) == "unexplained" and not trigger_set(k)]:
         _move(groups, key, host_of)
+
+
+#: Keys of failures no replay could diagnose (a shared slot's byte, shared memory, a text read alone).
+UNDIAGNOSED = ("wrong-slot:shared", "wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-repro")
+
+
+def _attribute_to_one_value_defect(groups: Groups) -> None:
+    """When the run's only diagnosed defect outside the argument contract is a value effect (each byte wrong by
+    a rule of its own input), the failures no replay could diagnose are its symptoms: a slot several tokens
+    name holds neither token's reference byte because each token's byte is wrong by that rule."""
+    diagnosed = [k for k in groups if "@" in k and class_of(k) != "validation"]
+    hosts = [k for k in diagnosed if class_of(k) in VALUE_EFFECTS and same_effect(k) != "unexplained"]
+    if len(hosts) != 1 or len(diagnosed) != 1:
+        return
+    for key in [k for k in groups if k in UNDIAGNOSED]:
+        _move(groups, key, lambda _n, _f: (hosts[0], " (not diagnosed by replay; the run's one defect, a value "
+                                                     "effect)"))
 
 
 def _attribute_graph(groups: Groups) -> None:
