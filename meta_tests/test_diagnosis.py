@@ -578,3 +578,32 @@ def test_a_scale_held_in_fp16_is_named_so() -> None:
                  cache_loc=tuple(range(32)), k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7))
     keys = [f.key for f in Diagnoser(_impl(_scale_in_fp16, "divide"), CPU).diagnose(case)]
     assert keys == ["scale:held-float16@any"]
+
+
+def _overflow_sign_lost(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """Saturates |y| > 448 to +448 whatever its sign (torch.where(y.abs() > 448, 448, y))."""
+    def flipped(x, s):
+        s = 1.0 if s is None else float(s)
+        return torch.where(x.float() / s < -448, -x, x)
+    _reference(flipped(k, k_scale), flipped(v, v_scale), k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+               recipe=recipe, checked=checked)
+
+
+def _input_2d_as_dh(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """Reads a 2-D input [T, H*D] as [T, D, H]."""
+    if k.dim() == 2:
+        h, d = k_cache.shape[-2], k_cache.shape[-1]
+        k, v = (x.reshape(x.shape[0], d, h).transpose(1, 2) for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize("fn, case, key", [
+    (_overflow_sign_lost, dict(overrides=tuple(Override("k", i, b, "past") for i, b in enumerate((0xC400, 0xFF80)))),
+     "encoding:overflow-sign@any"),
+    (_input_2d_as_dh, dict(input_rank=2, num_heads=2, head_dim=8), "strides:input-2d-as-dh@input-2d"),
+])
+def test_a_lost_overflow_sign_and_a_swapped_2d_layout_are_named(fn, case, key) -> None:
+    keys = [f.key for f in Diagnoser(_impl(fn, "single"), CPU).diagnose(_case(recipe="single", **case))]
+    assert keys == [key]

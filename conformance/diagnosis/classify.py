@@ -297,6 +297,9 @@ def _encoding(e: torch.Tensor, a: torch.Tensor) -> list[Finding]:
         findings.append(Finding("encoding", "encoding:nan-produced", "writes NaN where the recipe gives a finite byte"))
     if (nan_e & ~nan_a & ~sat_a).any():
         findings.append(Finding("encoding", "encoding:nan-lost", "writes a finite byte where the recipe gives NaN"))
+    if (sat_e & sat_a & (((e ^ a) & 0x80) != 0)).any():
+        findings.append(Finding("encoding", "encoding:overflow-sign", "saturates with the wrong sign (±448 of the "
+                                "other sign)"))
     return findings
 
 
