@@ -76,6 +76,13 @@ def told(impl: Implementation, spelled: object) -> Implementation:
     return dataclasses.replace(impl, kwargs={**impl.kwargs, "cache_dtype": spelled})
 
 
+def small_case(impl: Implementation, **changes: object) -> Case:
+    """Two tokens into a cache of two 4-slot pages (slot 6 on the second page), the held recipe (divide when
+    every recipe is told), made expressible in impl's convention."""
+    return impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
+                         seed=3, recipe=impl.recipe or "divide", **changes))
+
+
 _DECLINED: dict[tuple[str, str, str], str | None] = {}
 
 
@@ -87,9 +94,7 @@ def declined(impl: Implementation, fmt: Format, device: torch.device) -> str | N
     the plain call is held to the format's bytes in every property."""
     key = (impl.spec or impl.name, fmt.name, str(device))
     if key not in _DECLINED:
-        case = impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
-                             seed=3, recipe=impl.recipe or "divide", cache_format=fmt.name,
-                             cache_dtype=fmt.dtype))
+        case = small_case(impl, cache_format=fmt.name, cache_dtype=fmt.dtype)
         errors = [run_impl(case.replace(cache_dtype=dtype), impl, device)[1] for dtype in (fmt.dtype, "uint8")]
         _DECLINED[key] = all(errors) and f"declines {fmt.says} caches: on a plain {fmt.says} call, {errors[0]}"
     return _DECLINED[key]
@@ -265,8 +270,7 @@ def check_contradiction_refused(caches: tuple[str, str], cache_dtype: object, na
     if not takes_cache_dtype(impl):
         pytest.skip(f"{impl.name} takes no cache_dtype=: the contradiction error is this project's cache_dtype "
                     "contract")
-    case = impl.fit(Case(num_tokens=2, num_heads=2, head_dim=16, page_size=4, num_pages=2, cache_loc=(1, 6),
-                         seed=3, recipe=impl.recipe or "divide"))
+    case = small_case(impl)
     built = build(case, device)
     views = {name: built.buffers[name].view(getattr(torch, dtype)).as_strided(t.shape, t.stride(),
                                                                              t.storage_offset())

@@ -226,7 +226,7 @@ class Diagnoser:
         Case is replayed with more pages, and where slots are still left unwritten the same bound must
         explain it. A tile tail that leaves the last tokens unwritten can line up with such a bound once;
         refuted, the effect is the slots left unwritten (or what no model explains)."""
-        variant = case.replace(num_pages=2 * case.num_pages + 1, num_heads=case.num_heads)
+        variant = case.replace(num_pages=2 * case.num_pages + 1)
         r = self.replay(variant)
         if r is None or r.error or symptom not in r.symptoms:
             return effect
@@ -351,8 +351,8 @@ EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding
                 "out-of-range": "writes outside", "wrong-slot": "writes outside", "strides": "wrong bytes",
                 "big-cache": "wrong bytes"}
 #: Effect classes read from each token's own input (their identity leaves the value dimensions out).
-VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "approximate-division",
-                 "off-by-one-ulp", "storage", "encoding", "zero-sign")
+VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away", "approximate-division",
+                 "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign")
 
 
 # -- keys: effect@trigger ---------------------------------------------------------------------------

@@ -330,15 +330,20 @@ def _inputs_flushed(rows: _Rows, held: str) -> torch.Tensor | None:
     return _quantized(flushed, _scale_value(rows.scale), held, rows.case.cache_format)
 
 
+def _grid(case: Case) -> tuple[torch.Tensor, int]:
+    """The cache format's finite magnitudes by byte (float64, CPU) and the largest finite byte (e4m3's 0x7E)."""
+    fmt = CACHE_FORMATS[case.cache_format]
+    return _magnitudes(torch.device("cpu"), fmt), _finite_bytes(fmt) - 1
+
+
 def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     e = rows.q(held)
     y = _pre_cast(rows, held).to(torch.float64).abs()
     mag = (e & 0x7F).to(torch.int64)
-    fmt = CACHE_FORMATS[rows.case.cache_format]
-    table = _magnitudes(torch.device("cpu"), fmt)
+    table, last = _grid(rows.case)
     # The largest finite byte included: e4m3's 448 (0x7E) is where a value in (416, 448) rounds up to.
-    finite = mag < _finite_bytes(fmt)
-    above = finite & (table[mag.clamp(max=_finite_bytes(fmt) - 1)] > y) & (mag > 0)
+    finite = mag <= last
+    above = finite & (table[mag.clamp(max=last)] > y) & (mag > 0)
     return torch.where(above, e - 1, e)
 
 
@@ -347,9 +352,7 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     encoder's floor(a / q + 0.5)): where nearest-even took the lower magnitude of a tie, the upper."""
     e = rows.q(held)
     y = _pre_cast(rows, held).to(torch.float64).abs()
-    fmt = CACHE_FORMATS[rows.case.cache_format]
-    table = _magnitudes(torch.device("cpu"), fmt)
-    last = _finite_bytes(fmt) - 1
+    table, last = _grid(rows.case)
     mag = (e & 0x7F).to(torch.int64)
     below = mag < last  # a finite magnitude above it exists (NaN and the largest keep their byte)
     lower, upper = table[mag.clamp(max=last)], table[(mag + 1).clamp(max=last)]
@@ -363,15 +366,14 @@ def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
     the call wrote the format's largest finite value, or nothing as large as a quarter of it (a bound
     that low is no format's maximum: every byte ±0 at an extreme scale is not a clamp)."""
     e = w.rows.q(held)
-    fmt = CACHE_FORMATS[w.rows.case.cache_format]
-    last = _finite_bytes(fmt) - 1
+    table, last = _grid(w.rows.case)
     written = (w.actual & 0x7F).to(torch.int64)
     finite = written[written <= last]
     if finite.numel() == 0 or int(finite.max()) >= last:
         return None
     bound = int(finite.max())
-    value = float(_magnitudes(torch.device("cpu"), fmt)[bound])
-    if value < fmt.max_finite / 4:
+    value = float(table[bound])
+    if value < float(table[last]) / 4:
         return None
     mag = (e & 0x7F).to(torch.int64)
     return value, torch.where((mag > bound) & (mag <= last), (e & 0x80) | bound, e)

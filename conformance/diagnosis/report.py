@@ -20,7 +20,7 @@ from typing import Any
 from conformance.diagnosis.ablation import BY_NAME, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
-from conformance.diagnosis.diagnose import class_of, same_effect, trigger_of, trigger_set
+from conformance.diagnosis.diagnose import VALUE_CLASSES, class_of, same_effect, trigger_of, trigger_set
 from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
 from strategies.case import Case
@@ -328,10 +328,6 @@ HISTORY = "state:earlier-calls"
 #: Classes a fresh replay (tools.repro: both caches' bytes, or the raise) cannot show: arguments, crashes,
 #: graphs, inputs modified, caches past 2**31 bytes, dynamic per-(token, head) scales.
 NOT_REPLAYED = ("validation", "unclassified", "crash", "graph", "input-modified", "big-cache", "per-token-head")
-#: Classes of wrong values (not of places, raises or arguments).
-VALUE_EFFECTS = ("rounding", "scale", "encoding", "zero-sign", "flush-to-zero", "rounds-toward-zero",
-                 "rounds-ties-away", "approximate-division", "off-by-one-ulp", "saturates-low", "input-rounded",
-                 "storage", "format", "wrong-bytes")
 #: Keys a failure gets when its Case cannot be replayed, or passes when it is (its own text classified).
 UNREPRODUCED = ("wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-case")
 
@@ -360,7 +356,8 @@ def _merge_history(groups: Groups, fresh: Fresh) -> None:
     for key in [k for k in groups if k in UNREPRODUCED or k.startswith(tuple(u + "@" for u in UNREPRODUCED))]:
         _move(groups, key, lambda _n, _f: (HISTORY, " (not reproduced when replayed)"))
     # and the wrong values no Case was kept for, which no replay can tell from it
-    for key in [k for k in groups if k not in cases and class_of(k) in VALUE_EFFECTS and "@" not in k]:
+    for key in [k for k in groups if k not in cases and class_of(k) in (*VALUE_CLASSES, "wrong-bytes")
+                and "@" not in k]:
         _move(groups, key, lambda _n, _f: (HISTORY, " (no Case kept to replay)"))
 
 
@@ -520,6 +517,11 @@ def _attribute_crashes(groups: Groups) -> None:
         _move(groups, key, lambda _n, _f: (host, why))
 
 
+def _triggered(case: Case | None, hosts: list[str]) -> list[str]:
+    """The hosts whose whole trigger the Case has (none without a Case)."""
+    return [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+
+
 def _present(dimension: str, case: Case) -> bool:
     """Whether the Case has this trigger dimension (its ablation has somewhere to move it)."""
     ablation = BY_NAME.get(dimension)
@@ -532,10 +534,7 @@ def _attribute_by_case(groups: Groups, hosts: list[str]) -> None:
     if len(hosts) < 2:
         return  # one host: _attribute_crashes; none: nothing to attribute to
     def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
-        case = _case_of(f)
-        if case is None:
-            return None
-        fits = [h for h in hosts if all(_present(d, case) for d in trigger_set(h))]
+        fits = _triggered(_case_of(f), hosts)
         if len(fits) != 1:
             return None
         return fits[0], f" (attributed: its Case has {trigger_of(fits[0])} and no other out-of-place defect's trigger)"
@@ -549,7 +548,8 @@ def _case_of(f: Finding) -> Case | None:
     try:
         if f.case_file:
             return load_case(f.case_file)[0]
-        return Case.from_dict(f.facts["case"]) if f.facts.get("case") else None
+        saved = f.facts.get("case") or f.facts.get("minimal")  # a graph report's Case; a diagnosed minimal variant
+        return Case.from_dict(saved) if saved else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -562,8 +562,7 @@ def _attribute_combined(groups: Groups) -> None:
              and not _symptom_only(k)]
 
     def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
-        case = _case_of(f) or (Case.from_dict(f.facts["minimal"]) if f.facts.get("minimal") else None)
-        fits = [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+        fits = _triggered(_case_of(f), hosts)
         if len(fits) < 2:
             return None
         return fits[0], f" (attributed: its Case has the triggers of {' and '.join(fits)}: their effects at once)"
@@ -581,7 +580,7 @@ def _attribute_to_one_value_defect(groups: Groups) -> None:
     a rule of its own input), the failures no replay could diagnose are its symptoms: a slot several tokens
     name holds neither token's reference byte because each token's byte is wrong by that rule."""
     diagnosed = [k for k in groups if "@" in k and class_of(k) != "validation"]
-    hosts = [k for k in diagnosed if class_of(k) in VALUE_EFFECTS and same_effect(k) != "unexplained"]
+    hosts = [k for k in diagnosed if class_of(k) in VALUE_CLASSES]
     if len(hosts) != 1 or len(diagnosed) != 1:
         return
     for key in [k for k in groups if k in UNDIAGNOSED]:
@@ -598,8 +597,7 @@ def _attribute_graph(groups: Groups) -> None:
              and k.split("@", 1)[0] not in READS_ONLY]
 
     def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
-        case = _case_of(f)
-        fits = [h for h in hosts if case is not None and all(_present(d, case) for d in trigger_set(h))]
+        fits = _triggered(_case_of(f), hosts)
         if len(fits) != 1:
             return None
         return fits[0], f" (attributed: a graph replay of a Case with {trigger_of(fits[0])}, the trigger of the " \
