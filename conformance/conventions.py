@@ -11,8 +11,8 @@ skipped with the reason.
   page_size=16, use_triton=True)`, called positionally with `use_triton` left at its default.
 - `vllm`: `reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
   k_scale, v_scale)`: 3-D inputs, 4-D caches, int64 slots, one-element float32 tensor scales;
-  kv_cache_dtype "fp8" for an e4m3 call, "fp8_e5m2" for an e5m2 one, as vLLM spells them (no fnuz: vLLM's
-  "fp8" means the platform's e4m3).
+  kv_cache_dtype "fp8" for an e4m3 call ("fp8_e4m3", its other name, where a Case says format_alias),
+  "fp8_e5m2" for an e5m2 one, as vLLM spells them (no fnuz: vLLM's "fp8" means the platform's e4m3).
 - `vllm-per-token-head`: `fn(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache,
   v_scale_cache)`: vLLM's dynamic per-(token, head) write, scales to separate scale caches; nothing else.
 
@@ -46,6 +46,7 @@ class Convention:
     # Case.cache_format it has a word for. A Case of another format cannot be expressed.
     format_position: int | None = None
     format_names: tuple[tuple[str, str], ...] = ()
+    format_aliases: tuple[tuple[str, str], ...] = ()  # another spelling of a format (Case.format_alias)
     per_head_scales: bool = False  # takes a [H] float32 k_scale / v_scale (conformance/test_per_head.py)
     per_token_head: bool = False  # writes dynamic per-(token, head) scales (conformance/test_per_token_head.py)
     static: bool = True  # writes with given scales (False: per-token-head writes only)
@@ -79,6 +80,8 @@ class Convention:
             return self.dynamic_only
         if self.format_position is not None and self.format_name(case.cache_format) is None:
             return f"the {self.name} convention has no kv_cache_dtype for {case.cache_format} caches"
+        if case.format_alias and case.cache_format not in dict(self.format_aliases):
+            return f"the {self.name} convention has no other name for {case.cache_format} caches"
         checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),
                   ("loc_dtype", self.loc_dtypes, "{} cache_loc"))
         for attr, allowed, what in checks:
@@ -126,7 +129,10 @@ class Convention:
         A convention with a format argument says the call's format there (an e5m2 call has "cache_dtype")."""
         args = [call[name] for name in POSITIONAL if name in self.spelling]
         if self.format_position is not None:
-            args.insert(self.format_position, self.format_name(str(call.get("cache_dtype", "fp8_e4m3"))))
+            fmt = str(call.get("cache_dtype", "fp8_e4m3"))
+            # an e4m3 call names its format only when the Case spells it by its alias (strategies.build)
+            alias = dict(self.format_aliases).get(fmt) if "cache_dtype" in call and fmt == "fp8_e4m3" else None
+            args.insert(self.format_position, alias or self.format_name(fmt))
         keywords = {self.spelling[n]: call[n] for n in ("recipe", "checked") if n in self.spelling and n in call}
         fn(*args, **keywords, **fixed)
 
@@ -150,6 +156,7 @@ VLLM = Convention(
      "k_scale": "k_scale", "v_scale": "v_scale"},
     input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
     format_position=5, format_names=(("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8_e5m2")),
+    format_aliases=(("fp8_e4m3", "fp8_e4m3"),),
 )
 # vLLM's per-token-head write: reshape_and_cache_int8_fp8(key, value, key_cache, value_cache, slot_mapping, *,
 # k_scale_cache, v_scale_cache, kv_quant_mode) in vllm/v1/attention/ops/triton_quant_kv/ (vllm#38378): the scales

@@ -58,10 +58,11 @@ EFFECTS = re.compile(
     r"rounding:(unfused|unfused-nan|unfused-tensor0d|unfused-tensor1|single|divide)|scale:(ignored|swapped|inverted)"
     r"|flush-to-zero|rounds-toward-zero|approximate-division|off-by-one-ulp"
     r"|encoding:(nan-sign|nan-past-448|saturates)|zero-sign:(plus|minus)"
-    r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|cache-ignored)"
+    r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|other-input|cache-ignored)"
     r"|padding:(wraps-to-end|slot-0)|out-of-range:written|storage:value-cast|raises:\w+|crash|graph:sync"
     r"|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained)")
-TRIGGER_WORDS = {"plain", "strided-input", "strided-loc", "strided-cache", "cache-layouts-differ", "cache-uint8",
+TRIGGER_WORDS = {"plain", "strided-input", "input-layouts-differ", "strided-loc", "strided-cache",
+                 "cache-layouts-differ", "cache-uint8",
                  "cache-3d", "input-2d", "input-float16", "input-float32", "loc-int32", "heads-not-pow2",
                  "dim-not-pow2", "page-size", "scale-kind:none", "scale-kind:float", "scale-kind:tensor0d",
                  "scale-kind:tensor1", "scale-value", "scales-differ", "special-values", "padding", "out-of-range",
@@ -113,6 +114,7 @@ TRIGGERS: dict[str, Callable[[Case], Case]] = {
     "cache-3d": lambda c: c.replace(cache_rank=3),
     "page-size": lambda c: c.replace(page_size=3, num_pages=3),
     "strided-input": lambda c: c.replace(k_layout=Layout((0, 1, 2), (0, 0, 3)), v_layout=Layout((1, 0, 2), (0, 1, 2))),
+    "input-layouts-differ": lambda c: c.replace(v_layout=Layout((0, 1, 2), (0, 1, 0))),  # V's heads padded
     "strided-loc": lambda c: c.replace(loc_step=2),
     "strided-cache": lambda c: c.replace(k_cache_layout=_PADDED_DIM, v_cache_layout=_PADDED_DIM),
     "cache-layouts-differ": lambda c: c.replace(v_cache_layout=Layout((0, 1, 2, 3), (0, 1, 0, 0))),
@@ -121,8 +123,9 @@ TRIGGERS: dict[str, Callable[[Case], Case]] = {
     "empty-batch": lambda c: c.replace(num_tokens=0, cache_loc=()),
 }
 #: A defect of this trigger may show in these other triggers' Cases too (their Case holds the trigger's change:
-#: caches laid out differently are strided caches).
-MAY_ALSO_FAIL = {"strided-cache": {"cache-layouts-differ"}}
+#: caches laid out differently are strided caches; the strided-input Case has inputs laid out differently).
+MAY_ALSO_FAIL = {"strided-cache": {"cache-layouts-differ"}, "strided-input": {"input-layouts-differ"},
+                 "input-layouts-differ": {"strided-input"}}
 
 # -- running a file on a Case ---------------------------------------------------------------------------------
 

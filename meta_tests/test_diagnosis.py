@@ -22,9 +22,6 @@ from strategies.build import build
 from strategies.case import Case, Layout, Override, Scale
 
 CPU = torch.device("cpu")
-FIELDS = ("num_tokens", "num_heads", "head_dim", "page_size", "num_pages", "cache_loc", "input_dtype", "cache_dtype",
-          "loc_dtype", "input_rank", "cache_rank", "k_layout", "v_layout", "k_cache_layout", "v_cache_layout",
-          "loc_step", "k_scale", "v_scale", "seed", "overrides", "recipe", "checked")
 
 
 @pytest.fixture(autouse=True)
@@ -607,3 +604,47 @@ def _input_2d_as_dh(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=Non
 def test_a_lost_overflow_sign_and_a_swapped_2d_layout_are_named(fn, case, key) -> None:
     keys = [f.key for f in Diagnoser(_impl(fn, "single"), CPU).diagnose(_case(recipe="single", **case))]
     assert keys == [key]
+
+
+def _v_with_k_input_strides(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True, *, recipe="unfused", checked=False):
+    """One stride set passed for both inputs: V read at K's strides from V's own start."""
+    v = v.as_strided(v.shape, k.stride(), v.storage_offset())
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _v_strides_ignored(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                       use_triton=True, *, recipe="unfused", checked=False):
+    """V read as if contiguous (K's strides honoured)."""
+    v = v.as_strided(v.shape, v.contiguous().stride(), v.storage_offset())
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+_HEADS_PADDED, _DIM_PADDED = Layout((0, 1, 2), (0, 1, 0)), Layout((0, 1, 2), (0, 0, 3))
+
+
+@pytest.mark.parametrize("fn, key", [(_v_with_k_input_strides, "strides:other-input@input-layouts-differ"),
+                                     (_v_strides_ignored, "strides:inputs-ignored@strided-input")],
+                         ids=["k-strides", "contiguous"])
+@pytest.mark.parametrize("layouts", [(Layout.contiguous(3), _HEADS_PADDED), (_DIM_PADDED, _HEADS_PADDED)],
+                         ids=["k-contiguous", "both-strided"])
+def test_v_read_with_k_strides_is_told_from_v_read_contiguous(fn, key, layouts) -> None:
+    """Where K is contiguous the two read the same bytes; giving both inputs V's layout tells them apart (the
+    first then passes, the second still fails), so each is one defect of its own cause."""
+    case = _case(k_layout=layouts[0], v_layout=layouts[1])
+    assert {f.key for f in Diagnoser(_impl(fn), CPU).diagnose(case)} == {key}
+
+
+def _vllm_fp8_only(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """vLLM's convention, refusing "fp8_e4m3", vLLM's other name for "fp8"."""
+    if kv_cache_dtype != "fp8":
+        raise ValueError(f"unsupported kv_cache_dtype {kv_cache_dtype!r}")
+    naive_fp8_set_kv_buffer(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, key_cache.shape[1],
+                            recipe="divide")
+
+
+def test_a_refused_format_alias_is_one_defect_of_its_trigger() -> None:
+    impl = Implementation("fp8-only", _vllm_fp8_only, {}, convention=VLLM, recipe="divide")
+    case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor0d", 0.7), recipe="divide", format_alias=True)
+    assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["raises:ValueError@format-alias"]
+    assert Diagnoser(impl, CPU).diagnose(case.replace(format_alias=False)) == []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.conventions import SGLANG
 from conformance.diagnosis.identification import held_recipe, identify, sweep_points
 from conformance.harness import ConformanceFailure, check_case
 from conformance.impls import from_spec
@@ -102,6 +103,14 @@ def test_uint8_cache_through_vllm_is_a_bit_copy():
     case = _case(k_scale=Scale("tensor1", 0.3), recipe="divide", cache_dtype="uint8", num_tokens=2,
                  cache_loc=(7, 1))
     assert _failure(VLLM, case) == ""
+
+
+def test_vllm_example_accepts_the_e4m3_alias():
+    """A Case with format_alias reaches a vLLM-convention kernel as kv_cache_dtype="fp8_e4m3"; this project's
+    convention and SGLang's have no such argument, so they cannot express one."""
+    case = _case(k_scale=Scale("tensor1", 0.3), recipe="divide", format_alias=True)
+    assert _failure(VLLM, case) == ""
+    assert "no other name for fp8_e4m3" in SGLANG.why_not(case)
 
 
 @pytest.mark.parametrize("cache_dtype", ["float8_e5m2", "uint8"])

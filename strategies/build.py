@@ -53,12 +53,13 @@ class Built:
     def call(self) -> dict[str, object]:
         """The call's arguments by this project's names (the reference takes them as keywords;
         conformance.conventions spells them for other implementations). An e5m2 Case adds
-        `cache_dtype`, which the reference reads; conventions pass no keyword they do not spell, so a
+        `cache_dtype`, which the reference reads (so does a Case whose format argument is spelled by its
+        alias: conventions.Convention.invoke); conventions pass no keyword they do not spell, so a
         property that holds an implementation to it passes it as a fixed keyword (conformance/test_e5m2.py)."""
         call = {"k": self.k, "v": self.v, "k_cache": self.k_cache, "v_cache": self.v_cache,
                 "cache_loc": self.cache_loc, "k_scale": self.k_scale, "v_scale": self.v_scale,
                 "page_size": self.case.page_size, "recipe": self.case.recipe, "checked": self.case.checked}
-        if self.case.cache_format != "fp8_e4m3":
+        if self.case.cache_format != "fp8_e4m3" or self.case.format_alias:
             call["cache_dtype"] = self.case.cache_format
         return call
 

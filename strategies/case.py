@@ -106,6 +106,7 @@ class Case:
     recipe: str = "unfused"
     checked: bool = False
     cache_format: str = "fp8_e4m3"  # the bytes' format: a float8 cache's own, or cache_dtype= for uint8
+    format_alias: bool = False  # a format argument spelled by its other name (vLLM's "fp8_e4m3" for "fp8")
 
     def __post_init__(self) -> None:
         if self.cache_format not in CACHE_FORMATS:

@@ -188,6 +188,11 @@ def _layouts_differ(case: Case, plain: str) -> Iterator[Case]:
         yield case.replace(v_cache_layout=case.k_cache_layout)
 
 
+def _input_layouts_differ(case: Case, plain: str) -> Iterator[Case]:
+    if case.v_layout != case.k_layout:
+        yield case.replace(v_layout=case.k_layout)
+
+
 def _contiguous(names: tuple[str, ...], rank: int) -> Callable[[Case, str], Iterator[Case]]:
     def variants(case: Case, plain: str) -> Iterator[Case]:
         for name in names:
@@ -292,11 +297,14 @@ ABLATIONS: tuple[Ablation, ...] = (
     Ablation("cache-layouts-differ", "only when V's cache layout differs from K's", _layouts_differ),
     Ablation("strided-cache", "only for a strided or padded cache", _contiguous(("k_cache_layout", "v_cache_layout"),
                                                                                 4)),
+    Ablation("input-layouts-differ", "only when V's input layout differs from K's", _input_layouts_differ),
     Ablation("strided-input", "only for strided inputs", _contiguous(("k_layout", "v_layout"), 3)),
     Ablation("strided-loc", "only for a strided cache_loc", _loc_stride),
     Ablation("cache-uint8", "only for a uint8 cache", _cache_uint8),
     Ablation("cache-e5m2", "only for e5m2 caches", _cache_format("fp8_e5m2")),
     Ablation("cache-fnuz", "only for e4m3fnuz caches", _cache_format("fp8_e4m3fnuz")),
+    Ablation("format-alias", "only when the cache format is spelled by its other name (vLLM's \"fp8_e4m3\")",
+             _set("format_alias", True, False)),
     Ablation("cache-3d", "only for a 3-D cache [slots, H, D]", _set("cache_rank", 3, 4)),
     Ablation("input-2d", "only for a 2-D input [T, H*D]", _set("input_rank", 2, 3)),
     Ablation("input-float16", "only for float16 input", _input_dtype("float16")),

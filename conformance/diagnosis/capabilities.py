@@ -183,6 +183,8 @@ def _rows() -> list[InputClass]:
                            tests=tuple(("test_e5m2", t, ()) for t in ("test_e5m2_is_bit_exact", "test_e5m2_edges",
                                                                      "test_e5m2_capture_and_replay"))))
     # Likewise for e4m3fnuz (ROCm MI300's e4m3): decided by test_fnuz's bit-exact properties.
+    rows.append(InputClass("format-alias", "kv_cache_dtype \"fp8_e4m3\", vLLM's other name for \"fp8\"",
+                           _set(format_alias=True)))
     rows.append(InputClass("fnuz-caches", "e4m3fnuz caches: float8_e4m3fnuz, or uint8 with "
                            "cache_dtype='fp8_e4m3fnuz' (vLLM on ROCm MI300)",
                            tests=tuple(("test_fnuz", t, ()) for t in ("test_fnuz_is_bit_exact", "test_fnuz_edges"))))

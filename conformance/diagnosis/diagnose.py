@@ -186,18 +186,21 @@ class Diagnoser:
                 trigger.append(ablation.name)
         if "many-tokens" in trigger and len(trigger) > 1:  # a consequence of the other trigger, not a cause
             trigger.remove("many-tokens")
-        if "cache-layouts-differ" in trigger and "strided-cache" in trigger:
-            # One cache strided, the other not: is it the striding or the difference? Give both caches the
-            # strided layout: a failure that stays is the striding's.
-            same = self._same_strided_layouts(current)
-            trigger.remove("strided-cache" if same is None or not self.fails(same, symptom) else "cache-layouts-differ")
+        for differ, strided, names in (("cache-layouts-differ", "strided-cache", ("k_cache_layout", "v_cache_layout")),
+                                       ("input-layouts-differ", "strided-input", ("k_layout", "v_layout"))):
+            if differ in trigger and strided in trigger:
+                # One strided, the other not: is it the striding or the difference? Give both the strided
+                # layout: a failure that stays is the striding's.
+                same = self._same_strided_layouts(current, names)
+                trigger.remove(strided if same is None or not self.fails(same, symptom) else differ)
         return current, trigger
 
     @staticmethod
-    def _same_strided_layouts(case: Case) -> Case | None:
-        plain = Layout.contiguous(4)
-        strided = next((lay for lay in (case.v_cache_layout, case.k_cache_layout) if lay != plain), None)
-        return None if strided is None else case.replace(k_cache_layout=strided, v_cache_layout=strided)
+    def _same_strided_layouts(case: Case, names: tuple[str, str]) -> Case | None:
+        layouts = [getattr(case, n) for n in names]
+        plain = Layout.contiguous(len(layouts[0].order))
+        strided = next((lay for lay in reversed(layouts) if lay != plain), None)
+        return None if strided is None else case.replace(**{n: strided for n in names})
 
     def effects(self, case: Case, symptom: str) -> list[Effect]:
         r = self.replay(case)
@@ -404,7 +407,7 @@ def identity(effect: Effect, trigger: list[str]) -> str:
 #: as V written contiguously when K's cache is contiguous; a head-major write can read as either).
 MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
             "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
-            "strides:other-cache": "cache-layouts-differ",
+            "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
             "strides:cache-ignored": "strided-cache", "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
             "out-of-range:written": "out-of-range"}
 

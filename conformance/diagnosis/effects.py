@@ -73,9 +73,10 @@ TITLES = {
     "strides:cache-loc-ignored": "reads cache_loc ignoring its stride (as if contiguous)",
     "strides:input-2d-as-dh": "reads a 2-D input [T, H*D] as [T, D, H] (its two dimensions swapped)",
     "strides:other-cache": "writes one cache with the other cache's strides",
+    "strides:other-input": "reads one input with the other input's strides",
     "strides:cache-ignored": "writes a cache ignoring its strides (as if contiguous)",
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
-                            "(floor division wraps -1 to the last slot)",
+                            "(indexed from the end, as a floor division or a negative index does)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
     "out-of-range:written": "writes tokens whose slot is out of range instead of skipping them",
     "out-of-range:wrong-bound": "skips in-range slots past a wrong number of slots (the cache's size read from "
@@ -193,6 +194,20 @@ def _other_cache(target: str) -> Callable[[Built], dict | None]:
     return call
 
 
+def _other_input(target: str) -> Callable[[Built], dict | None]:
+    """One input read with the other's strides (one stride set passed for both), from its own buffer and
+    offset; None where that read leaves its buffer (memory the reference cannot know)."""
+    source = "k" if target == "v" else "v"
+
+    def call(b: Built) -> dict | None:
+        t, s = getattr(b, target), getattr(b, source)
+        if _same_strides(t, tuple(s.stride())):
+            return None
+        view = _restrided(t, b.buffers[target], tuple(s.stride()), t.storage_offset())
+        return None if view is None else {**b.call(), target: view}
+    return call
+
+
 def _cache_contiguous(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
     def call(b: Built) -> dict | None:
         out = {**b.call(), "_after": []}
@@ -246,6 +261,8 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:inputs-heads-ignored", "k", _inputs(("k",), True)),
     ("strides:inputs-heads-ignored", "v", _inputs(("v",), True)),
     ("strides:input-2d-as-dh", "", _input_2d_as_dh),
+    ("strides:other-input", "v with k's strides", _other_input("v")),
+    ("strides:other-input", "k with v's strides", _other_input("k")),
     ("strides:cache-loc-ignored", "", _loc_contiguous),
     ("strides:other-cache", "v_cache with k_cache's strides", _other_cache("v_cache")),
     ("strides:other-cache", "k_cache with v_cache's strides", _other_cache("k_cache")),

@@ -155,7 +155,7 @@ ROW_TRIGGERS = {"not-pow2": "dim-not-pow2+heads-not-pow2", "input-2d": "input-2d
                 "cache-4d": "page-size", "cache-uint8": "cache-uint8", "loc-int32": "loc-int32",
                 "input-fp32": "input-float32", "padding": "padding", "out-of-range": "out-of-range",
                 "strided-inputs": "strided-input+strided-loc", "strided-caches": "strided-cache",
-                "special-values": "special-values", "empty": "empty-batch",
+                "special-values": "special-values", "empty": "empty-batch", "format-alias": "format-alias",
                 **{f"{w}-{kind}": f"scale-kind:{kind}" for w in ("k_scale", "v_scale")
                    for kind in ("none", "float", "tensor0d")}}
 
@@ -300,12 +300,12 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
         alike = _indistinguishable(key, group)
         if alike:
             detail += ("; " if detail else "") + "no case of the run tells it from " + ", ".join(alike)
-        also = sorted({f.facts["symptom"] for f in group if f.facts.get("symptom")})
-        if also:
-            detail += ("; " if detail else "") + "also shows as: " + "; ".join(also)
         effect_detail = next((f.facts["detail"] for f in group if f.facts.get("detail")), "")
         if effect_detail:
             detail += ("; " if detail else "") + effect_detail
+        also = sorted({f.facts["symptom"] for f in group if f.facts.get("symptom")})
+        if also:
+            detail += ("; " if detail else "") + "also shows as: " + "; ".join(also)
         d = Defect(f"D{i}", key, class_of(key), _title(key, group), cell, tests, group, detail)
         owner = {id(f): t for t, f in pairs}
         with_case = [f for f in group if f.case_file and Path(f.case_file).is_file()]
@@ -397,7 +397,7 @@ SYMPTOM_ONLY = ("raises", "crash", "input-modified")
 #: memory it was not given.
 PLACEMENT = ("strides", "padding", "out-of-range", "big-cache")
 #: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
-READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored")
+READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input")
 CUDA_ERRORS = ("illegal memory access", "CUDA error", "cudaError", "AcceleratorError")
 
 
