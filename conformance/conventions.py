@@ -13,6 +13,8 @@ skipped with the reason.
   k_scale, v_scale)`: 3-D inputs, 4-D caches, int64 slots, one-element float32 tensor scales;
   kv_cache_dtype "fp8" for an e4m3 call ("fp8_e4m3", its other name, where a Case says format_alias),
   "fp8_e5m2" for an e5m2 one, as vLLM spells them (no fnuz: vLLM's "fp8" means the platform's e4m3).
+- `vllm-per-head`: `vllm`, with k_scale/v_scale also [H] float32 tensors (vLLM's per-attention-head scales,
+  vllm#30141); opt-in, never detected.
 - `vllm-per-token-head`: `fn(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache,
   v_scale_cache)`: vLLM's dynamic per-(token, head) write, scales to separate scale caches; nothing else.
 
@@ -21,6 +23,7 @@ Another convention is a small adapter function written in one of these (docs/con
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -158,6 +161,9 @@ VLLM = Convention(
     format_position=5, format_names=(("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8_e5m2")),
     format_aliases=(("fp8_e4m3", "fp8_e4m3"),),
 )
+# vLLM with per-attention-head scales (vllm#30141): the same call, k_scale/v_scale also [H] float32 tensors. Opt-in
+# (--convention vllm-per-head): a vLLM kernel without them is not held to them.
+VLLM_PER_HEAD = dataclasses.replace(VLLM, name="vllm-per-head", per_head_scales=True)
 # vLLM's per-token-head write: reshape_and_cache_int8_fp8(key, value, key_cache, value_cache, slot_mapping, *,
 # k_scale_cache, v_scale_cache, kv_quant_mode) in vllm/v1/attention/ops/triton_quant_kv/ (vllm#38378): the scales
 # go to float32 scale caches [num_blocks, block_size, H]; page_size is the caches' block_size. (vLLM's own
@@ -167,7 +173,7 @@ VLLM_PER_TOKEN_HEAD = Convention(
     {"k": "key", "v": "value", "k_cache": "key_cache", "v_cache": "value_cache", "cache_loc": "slot_mapping"},
     input_ranks=(3,), cache_ranks=(4,), scale_kinds=("none",), per_token_head=True, static=False,
 )
-CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM, VLLM_PER_TOKEN_HEAD)}
+CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM, VLLM_PER_HEAD, VLLM_PER_TOKEN_HEAD)}
 
 _HEADS = {  # the leading parameter names that identify a convention
     "vllm": ("key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "v_scale"),

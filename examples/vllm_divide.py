@@ -4,7 +4,7 @@ Convention: vLLM's `reshape_and_cache_flash(key, value, key_cache, value_cache, 
 k_scale, v_scale)`. key/value [T, H, D]; caches [num_blocks, block_size, H, D], float8_e4m3fn or uint8 (the
 fp8 bits, written by bit copy); slot_mapping int64 [T], a negative entry is padding; kv_cache_dtype "fp8" or
 "fp8_e4m3" (e4m3), or "fp8_e5m2" (caches float8_e5m2 or uint8); k_scale/v_scale one-element float32 tensors
-(0-d or [1]) on the key's device.
+(0-d or [1]) on the key's device, or [H] per-attention-head scales (vllm#30141: head h divided by scale[h]).
 
 Recipe `divide`: e4m3(x_f32 / s), one IEEE fp32 division (a 0-d device tensor divides elementwise on CPU and
 CUDA, no reciprocal fast path), one round to nearest-even onto e4m3, saturated to ±448 (±inf too), every NaN
@@ -30,7 +30,7 @@ FORMATS = {"fp8": (torch.float8_e4m3fn, 448.0), "fp8_e4m3": (torch.float8_e4m3fn
 def _encode(x: torch.Tensor, scale: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
     """fp8(x_f32 / s), saturating, NaN -> 0x7F, as fp8 bits (uint8)."""
     dtype, top = FORMATS[kv_cache_dtype]
-    y = x.float() / scale.reshape(())  # exact widening, then IEEE fp32 division
+    y = x.float() / scale.reshape(-1, 1)  # exact widening, then IEEE fp32 division (one scale, or head h's)
     q = y.clamp(-top, top).to(dtype).view(torch.uint8)  # clamp: torch <= 2.11 gives NaN past e4m3's 464
     return torch.where(y.isnan(), 0x7F, q)  # torch's cast keeps a NaN's sign; the contract drops it
 
@@ -45,6 +45,10 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
         if cache.dtype not in (torch.uint8, FORMATS[kv_cache_dtype][0]):
             raise TypeError(f"a {kv_cache_dtype} cache must be uint8 or {FORMATS[kv_cache_dtype][0]}, got "
                             f"{cache.dtype}")
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale.numel() != 1 and tuple(scale.shape) != (key.shape[1],):
+            raise ValueError(f"{name} must be a 0-d or 1-element tensor, or a [{key.shape[1]}] tensor (one scale a "
+                             f"head), got shape {tuple(scale.shape)}")
     if key.shape[0] == 0:  # a shape, not a value: no sync
         return
     block_size = key_cache.shape[1]

@@ -122,3 +122,20 @@ def test_vllm_example_is_told_e5m2_by_kv_cache_dtype(cache_dtype):
     assert _failure(VLLM, case) == ""
     with pytest.raises(pytest.skip.Exception, match="no kv_cache_dtype for fp8_e4m3fnuz"):
         check_case(case.replace(cache_format="fp8_e4m3fnuz", cache_dtype="uint8"), from_spec(VLLM), DEVICE)
+
+
+@pytest.mark.long
+def test_vllm_example_holds_per_head_scales_when_the_convention_says_so():
+    """--convention vllm-per-head (opt-in) runs the per-head properties on a vLLM kernel: the example passes
+    them (its [H] scales divide head by head, a scale of another shape is a ValueError naming it), and the plain
+    vllm convention skips them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "conformance/test_per_head.py",
+            "--impl", VLLM, "--recipe", "divide", "-rs"]
+    opted = subprocess.run([*base, "--convention", "vllm-per-head"], capture_output=True, text=True,
+                           cwd=EXAMPLES.parent, timeout=600, env=env)
+    assert opted.returncode == 0 and " passed" in opted.stdout, opted.stdout[-3000:] + opted.stderr[-2000:]
+    assert "passes no per-head scales" not in opted.stdout, opted.stdout[-3000:]
+    plain = subprocess.run([*base, "--convention", "vllm"], capture_output=True, text=True, cwd=EXAMPLES.parent,
+                           timeout=600, env=env)
+    assert plain.returncode == 0 and "passes no per-head scales" in plain.stdout, plain.stdout[-3000:]

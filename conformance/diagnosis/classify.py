@@ -747,8 +747,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                         "InvalidArgument")):
         return [Finding("unclassified", f"unclassified:{kind}", f"Hypothesis: {kind}: {normalize(message, 100)}",
                         replayable=False)]
-    if module == "test_errors":
-        mutation = params.get("mutation", "?")
+    refused_shape = module == "test_per_head" and test == "test_a_scale_of_another_shape_is_refused"
+    if module == "test_errors" or refused_shape:
+        mutation = f"k_scale of shape {params.get('shape', '?')}" if refused_shape else params.get("mutation", "?")
         if not conformance and kind == "Failed" and message.startswith("Timeout"):  # pytest-timeout, one process
             how, title = "crash", f"{mutation}: hangs on an invalid call ({normalize(message, 80)})"
         elif not conformance:
