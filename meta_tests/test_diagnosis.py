@@ -648,3 +648,55 @@ def test_a_refused_format_alias_is_one_defect_of_its_trigger() -> None:
     case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor0d", 0.7), recipe="divide", format_alias=True)
     assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["raises:ValueError@format-alias"]
     assert Diagnoser(impl, CPU).diagnose(case.replace(format_alias=False)) == []
+
+
+def _caches_swapped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                    recipe="unfused", checked=False):
+    """K written into value_cache and V into key_cache (a K-first / V-first layout confused)."""
+    _reference(k, v, v_cache, k_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_caches_swapped_is_named_so() -> None:
+    keys = [f.key for f in Diagnoser(_impl(_caches_swapped), CPU).diagnose(_case())]
+    assert keys == ["kv-mixed:caches-swapped@plain"]
+
+
+def _page_stride_from_shape(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True, *, recipe="unfused", checked=False):
+    """Each cache's page stride taken as page_size * H * D, its other strides its own; a plain-torch scatter that
+    writes wherever that view points, overlapping pages included (the reference refuses such a view)."""
+    for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        one = torch.zeros((x.shape[0], 1, *cache.shape[2:]), dtype=cache.dtype)
+        _reference(x, x, one, one.clone(), torch.arange(x.shape[0]), scale, scale, 1, recipe=recipe, checked=checked)
+        view = cache.as_strided(cache.shape, (page_size * cache.shape[2] * cache.shape[3], *cache.stride()[1:]),
+                                cache.storage_offset())
+        for t, s in enumerate(cache_loc.tolist()):
+            if 0 <= s < cache.shape[0] * page_size:
+                view[s // page_size, s % page_size] = one[t, 0]
+
+
+@pytest.mark.parametrize("layout", [Layout((0, 2, 1, 3), (0, 0, 1, 0)), Layout((0, 1, 2, 3), (0, 0, 0, 4))],
+                         ids=["head-major-padded", "dim-padded"])
+def test_a_page_stride_from_the_shape_is_named_so(layout: Layout) -> None:
+    """A dim-padded cache read with a page stride of page_size * H * D overlaps its own pages: the reference
+    refuses such a view, so the model writes it token by token."""
+    case = _case(v_cache_layout=layout, cache_loc=(5, 0, 9))
+    keys = [f.key for f in Diagnoser(_impl(_page_stride_from_shape), CPU).diagnose(case)]
+    assert keys == ["strides:cache-page-stride@strided-cache"]
+
+
+def _dim_tail_dropped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                      *, recipe="unfused", checked=False):
+    """Each head written 8 dims at a time with no tail: the last D % 8 dims keep their old bytes."""
+    old = [c.clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    tail = k_cache.shape[-1] - k_cache.shape[-1] % 8
+    for cache, before in zip((k_cache, v_cache), old):
+        cache[..., tail:] = before[..., tail:]
+
+
+@pytest.mark.parametrize("head_dim", [4, 12, 20])
+def test_a_head_size_rule_is_found_by_probing_sizes(head_dim: int) -> None:
+    """D of 4 (a power of two: no ablation moves it) and D of 12 or 20 are one defect: D not a multiple of 8."""
+    keys = [f.key for f in Diagnoser(_impl(_dim_tail_dropped), CPU).diagnose(_case(head_dim=head_dim))]
+    assert keys == ["wrong-slot:unwritten@dim-not-multiple:8"]

@@ -244,8 +244,16 @@ def _dim(case: Case, plain: str) -> Iterator[Case]:
 
 
 def _page_size(case: Case, plain: str) -> Iterator[Case]:
-    if case.page_size != PLAIN_PAGE and case.cache_rank == 4:
+    """The plain page size. Growing, each in-range token keeps its page and offset (so a Case whose tokens
+    span pages still does: a page-stride defect is not hidden by every token landing in page 0)."""
+    if case.page_size == PLAIN_PAGE or case.cache_rank != 4:
+        return
+    if PLAIN_PAGE < case.page_size:
         yield _with_slots(case, list(case.cache_loc), PLAIN_PAGE)
+        return
+    n, grown = case.num_slots, case.replace(page_size=PLAIN_PAGE)
+    yield grown.replace(cache_loc=tuple(s // case.page_size * PLAIN_PAGE + s % case.page_size if 0 <= s < n
+                                        else _still_out(s, n, grown.num_slots) for s in case.cache_loc))
 
 
 def _padding(case: Case, plain: str) -> Iterator[Case]:
@@ -320,8 +328,57 @@ ABLATIONS: tuple[Ablation, ...] = (
 BY_NAME = {a.name: a for a in ABLATIONS}
 
 
+# -- sizes: what a failure needs of H or D, named by probing other sizes (Diagnoser._sized) -------------
+
+#: The sizes a minimal Case's H or D is replayed at.
+SIZE_PROBES = {"heads": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "dim": (2, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256)}
+_LETTER = {"heads": "H", "dim": "D"}
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """A rule on H or D that a failure follows: fails(n) says whether a Case of that size fails."""
+
+    name: str  # the trigger: "dim-not-pow2", "dim-not-multiple:8", "heads-below:4", ...
+    attr: str  # "heads" or "dim"
+    words: str
+    fails: Callable[[int], bool]
+
+    def holds(self, case: Case) -> bool:
+        return self.fails(case.num_heads if self.attr == "heads" else case.head_dim)
+
+
+def _size_rules(attr: str) -> list[SizeRule]:
+    """In the order preferred where several fit the sizes probed: powers of two (the commonest requirement,
+    a Triton arange), then multiples (a vector width), then lower and upper bounds."""
+    n = _LETTER[attr]
+    return [SizeRule(f"{attr}-not-pow2", attr, f"only when {n} is not a power of two", lambda x: x & (x - 1) != 0),
+            *(SizeRule(f"{attr}-not-multiple:{m}", attr, f"only when {n} is not a multiple of {m}",
+                       lambda x, m=m: x % m != 0) for m in (16, 8, 4, 2)),
+            *(SizeRule(f"{attr}-below:{m}", attr, f"only when {n} is below {m}", lambda x, m=m: x < m)
+              for m in (64, 32, 16, 8, 4, 2)),
+            *(SizeRule(f"{attr}-above:{m}", attr, f"only when {n} is above {m}", lambda x, m=m: x > m)
+              for m in (8, 16, 32, 64, 128))]
+
+
+SIZE_RULES = {r.name: r for attr in SIZE_PROBES for r in _size_rules(attr)}
+
+
+def resized(case: Case, attr: str, n: int) -> Case:
+    """The Case with H (attr "heads") or D ("dim") set to n; overrides keep their place where it is left."""
+    return _reshaped(case, n, case.head_dim) if attr == "heads" else _reshaped(case, case.num_heads, n)
+
+
+def fitting_rule(attr: str, outcomes: dict[int, bool]) -> SizeRule | None:
+    """The first rule that gives every probed size's outcome (size -> failed), when some failed and some did not."""
+    if len(set(outcomes.values())) < 2:
+        return None
+    return next((r for r in _size_rules(attr) if all(r.fails(n) == failed for n, failed in outcomes.items())), None)
+
+
 def words(trigger: list[str]) -> str:
     """The trigger in words: 'only for a uint8 cache and only ...', or 'on the plain call'."""
     if not trigger:
         return "on the plain call"
-    return "; ".join(BY_NAME[t].words if t in BY_NAME else t for t in trigger)
+    return "; ".join(BY_NAME[t].words if t in BY_NAME else SIZE_RULES[t].words if t in SIZE_RULES else t
+                     for t in trigger)

@@ -55,7 +55,7 @@ CELLS = {
     "off-by-one-ulp": "wrong bytes", "storage": "wrong bytes", "strides": "wrong bytes", "padding": "writes outside",
     "out-of-range": "writes outside", "big-cache": "wrong bytes", "per-token-head": "wrong bytes",
     "rounds-ties-away": "wrong bytes", "saturates-low": "wrong bytes", "input-rounded": "wrong bytes",
-    "format": "wrong bytes", "state": "wrong bytes",
+    "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -68,7 +68,7 @@ CLASS_TITLES = {
     "big-cache": "caches above 2**31 bytes", "per-token-head": "dynamic per-(token, head) scales",
     "rounds-ties-away": "rounding ties away from zero", "saturates-low": "overflow bound",
     "input-rounded": "double rounding of the input", "format": "cache format",
-    "state": "state kept between calls",
+    "state": "state kept between calls", "kv-mixed": "K and V mixed up",
 }
 NAN_BYTES = (0x7F, 0xFF)
 EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes

@@ -21,7 +21,17 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.diagnosis.ablation import ABLATIONS, BIG_CACHE_BYTES, BY_NAME, Ablation, cache_bytes, words
+from conformance.diagnosis.ablation import (
+    ABLATIONS,
+    BIG_CACHE_BYTES,
+    BY_NAME,
+    SIZE_PROBES,
+    Ablation,
+    cache_bytes,
+    fitting_rule,
+    resized,
+    words,
+)
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
 from conformance.diagnosis.effects import TITLES, Effect, _unwritten, explain, summary, title_of
 from conformance.impls import Implementation
@@ -193,7 +203,44 @@ class Diagnoser:
                 # layout: a failure that stays is the striding's.
                 same = self._same_strided_layouts(current, names)
                 trigger.remove(strided if same is None or not self.fails(same, symptom) else differ)
-        return current, trigger
+        return current, self._sized(current, symptom, trigger)
+
+    def _fails_alike(self, case: Case, symptom: str) -> bool | None:
+        """Whether the Case fails as a Case of another size may show the same cause: the same raise, or (for a
+        symptom of the bytes) wrong bytes of any kind (a tail left unwritten is a wrong value where D is 12 and
+        a slot left unwritten where D is 4). None: it cannot be run, or it raises where bytes were wrong."""
+        r = self.replay(case)
+        if r is None:
+            return None
+        if symptom.startswith("raises:"):
+            return symptom in r.symptoms
+        return None if r.error else bool(r.symptoms)
+
+    def _sized(self, case: Case, symptom: str, trigger: list[str]) -> list[str]:
+        """H or D named by what the failure needs of it. Where the trigger is H or D not a power of two (or, for
+        D, nothing: a failure of the plain call may need D of at least 8), the Case is replayed at other sizes
+        (ablation.SIZE_PROBES; a size that passes, once more with other values, so that a value defect's few
+        elements do not pass by chance), and the first rule every outcome follows (not a power of two, not a
+        multiple of m, below or above m) names that dimension of the trigger."""
+        for attr in ("dim", "heads"):
+            pow2 = f"{attr}-not-pow2"
+            # From nothing, D alone: a kernel's head size has widths it needs, while a failure that moves with H
+            # on the plain call is a bound read from H (pages x H), not a rule on H.
+            if pow2 not in trigger and (trigger or attr == "heads"):
+                continue
+            own = case.head_dim if attr == "dim" else case.num_heads
+            outcomes = {own: True}
+            for n in SIZE_PROBES[attr]:
+                variant = resized(case, attr, n)
+                failed = None if n == own else self._fails_alike(variant, symptom)
+                if failed is False:
+                    failed = self._fails_alike(variant.replace(seed=(case.seed + 7919) % 2**31), symptom)
+                if failed is not None:
+                    outcomes[n] = failed
+            rule = fitting_rule(attr, outcomes)
+            if rule is not None:
+                trigger = [rule.name if t == pow2 else t for t in trigger] if pow2 in trigger else [rule.name]
+        return trigger
 
     @staticmethod
     def _same_strided_layouts(case: Case, names: tuple[str, str]) -> Case | None:
@@ -228,8 +275,12 @@ class Diagnoser:
         """A wrong number of slots (pages x H, say) must be the same formula on a cache of other sizes: the
         Case is replayed with more pages, and where slots are still left unwritten the same bound must
         explain it. A tile tail that leaves the last tokens unwritten can line up with such a bound once;
-        refuted, the effect is the slots left unwritten (or what no model explains)."""
+        refuted, the effect is the slots left unwritten (or what no model explains). The variant also names
+        slot 0, which every such bound keeps: a kernel that writes nothing (a D it cannot handle) fits a
+        bound on a Case whose every slot lies past it, and is refuted there."""
         variant = case.replace(num_pages=2 * case.num_pages + 1)
+        if 0 not in case.cache_loc:
+            variant = variant.replace(num_tokens=case.num_tokens + 1, cache_loc=(*case.cache_loc, 0))
         r = self.replay(variant)
         if r is None or r.error or symptom not in r.symptoms:
             return effect
@@ -408,8 +459,8 @@ def identity(effect: Effect, trigger: list[str]) -> str:
 MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
             "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
             "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
-            "strides:cache-ignored": "strided-cache", "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
-            "out-of-range:written": "out-of-range"}
+            "strides:cache-ignored": "strided-cache", "strides:cache-page-stride": "strided-cache",
+            "padding:wraps-to-end": "padding", "padding:slot-0": "padding", "out-of-range:written": "out-of-range"}
 
 
 def consistent(effect: Effect, trigger: list[str]) -> Effect:

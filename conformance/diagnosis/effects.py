@@ -24,7 +24,7 @@ import torch
 from conformance.cachemap import CACHES, written_mask
 from conformance.diagnosis.classify import _quantized, _Rows, _scale_value, _scale_variant_values, _sign_pairs
 from kernel import RECIPES, naive_fp8_set_kv_buffer
-from kernel.plan import ScaleArg
+from kernel.plan import ScaleArg, _self_overlapping
 from kernel.recipe import Recipe, get_recipe
 from kernel.reference import (
     CACHE_FORMATS,
@@ -75,6 +75,13 @@ TITLES = {
     "strides:other-cache": "writes one cache with the other cache's strides",
     "strides:other-input": "reads one input with the other input's strides",
     "strides:cache-ignored": "writes a cache ignoring its strides (as if contiguous)",
+    "strides:cache-page-stride": "addresses a cache's pages (or slots) with a stride computed from its shape, not "
+                                 "the tensor's own (its other strides honoured)",
+    "kv-mixed:caches-swapped": "writes K into value_cache and V into key_cache (the caches swapped)",
+    "kv-mixed:inputs-swapped": "quantizes V into key_cache and K into value_cache, each with its cache's scale (the "
+                               "inputs swapped)",
+    "kv-mixed:k-for-v": "writes K's values into value_cache too (V's input never read)",
+    "kv-mixed:v-for-k": "writes V's values into key_cache too (K's input never read)",
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
                             "(indexed from the end, as a floor division or a negative index does)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
@@ -190,7 +197,8 @@ def _other_cache(target: str) -> Callable[[Built], dict | None]:
             return None
         after: list = []  # the kernel's pointer is this cache's own: its offset, the other cache's strides
         view = _restrided(t, b.buffers[target], tuple(s.stride()), t.storage_offset(), after)
-        return None if view is None else {**b.call(), target: view, "_after": after}
+        return None if view is None else {**b.call(), target: view, "_after": after,
+                                          "_token_by_token": _self_overlapping(view)}
     return call
 
 
@@ -208,19 +216,56 @@ def _other_input(target: str) -> Callable[[Built], dict | None]:
     return call
 
 
-def _cache_contiguous(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
+def _mixed(k: str, v: str, k_cache: str, v_cache: str) -> Callable[[Built], dict | None]:
+    """K and V mixed up: the call with its inputs or caches taken from the other's place (K-first and V-first
+    layouts confused; one pointer passed twice)."""
+    def call(b: Built) -> dict | None:
+        out = b.call()
+        return {**out, "k": out[k], "v": out[v], "k_cache": out[k_cache], "v_cache": out[v_cache]}
+    return call
+
+
+def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Callable[[Built], dict | None]:
+    """Caches written as if contiguous; outer_only: only the outermost stride (a page's, or a 3-D cache's
+    slot's) taken from the shape, the others the tensor's own (a block stride hard-coded as page_size x H x D)."""
     def call(b: Built) -> dict | None:
         out = {**b.call(), "_after": []}
         for name in names:
             t = getattr(b, name)
             strides = _contiguous_strides(t.shape)
+            if outer_only:
+                strides = (strides[0], *t.stride()[1:])
             if _same_strides(t, strides):
                 return None
             out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
             if out[name] is None:
                 return None
+            out["_token_by_token"] = out.get("_token_by_token", False) or _self_overlapping(out[name])
         return out
     return call
+
+
+def _token_by_token(call: dict) -> None:
+    """The reference's write where a misread cache view overlaps itself (a page stride smaller than a page),
+    which the reference refuses: each valid token's bytes, from a scratch cache of one slot a token, copied to
+    its slot of the view in token order (so a later token's bytes land over an earlier's, as a sequential
+    write leaves them)."""
+    loc = call["cache_loc"]
+    tokens = loc.shape[0]
+    for name in ("k_cache", "v_cache"):
+        cache = call[name]
+        scratch_call = {**call, "k_cache": None, "v_cache": None, "cache_loc": torch.arange(tokens, device=loc.device),
+                        "page_size": 1}
+        for n in ("k_cache", "v_cache"):
+            other = call[n]
+            scratch_call[n] = torch.zeros((tokens, 1, *other.shape[-2:]), dtype=other.dtype, device=other.device)
+        naive_fp8_set_kv_buffer(**scratch_call)
+        rows = scratch_call[name][:, 0]
+        page = cache.shape[1] if cache.dim() == 4 else 1
+        slots = cache.shape[0] * page
+        for t, s in enumerate(loc.tolist()):
+            if 0 <= s < slots:
+                (cache[s // page, s % page] if cache.dim() == 4 else cache[s]).copy_(rows[t])
 
 
 def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built], dict | None]:
@@ -269,6 +314,13 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:cache-ignored", "both caches", _cache_contiguous(("k_cache", "v_cache"))),
     ("strides:cache-ignored", "k_cache", _cache_contiguous(("k_cache",))),
     ("strides:cache-ignored", "v_cache", _cache_contiguous(("v_cache",))),
+    ("strides:cache-page-stride", "both caches", _cache_contiguous(("k_cache", "v_cache"), outer_only=True)),
+    ("strides:cache-page-stride", "k_cache", _cache_contiguous(("k_cache",), outer_only=True)),
+    ("strides:cache-page-stride", "v_cache", _cache_contiguous(("v_cache",), outer_only=True)),
+    ("kv-mixed:caches-swapped", "", _mixed("k", "v", "v_cache", "k_cache")),
+    ("kv-mixed:inputs-swapped", "", _mixed("v", "k", "k_cache", "v_cache")),
+    ("kv-mixed:k-for-v", "", _mixed("k", "k", "k_cache", "v_cache")),
+    ("kv-mixed:v-for-k", "", _mixed("v", "v", "k_cache", "v_cache")),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
@@ -293,7 +345,7 @@ def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect 
             if call is None:
                 continue
             after = call.pop("_after", [])
-            naive_fp8_set_kv_buffer(**call)
+            (_token_by_token if call.pop("_token_by_token", False) else lambda c: naive_fp8_set_kv_buffer(**c))(call)
             for write_back in after:
                 write_back()
         except Exception:  # the misread call is not one the reference can make: not this model

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.diagnosis.ablation import BY_NAME, words
+from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
 from conformance.diagnosis.diagnose import VALUE_CLASSES, class_of, same_effect, trigger_of, trigger_set
@@ -494,7 +494,8 @@ def _attribute_crashes(groups: Groups) -> None:
     """A crash, or an input changed by a stray write, that no replay could tie to a trigger (or whose
     capability row's dimension triggers no diagnosed defect): a symptom of the run's one defect that writes
     out of place, when there is exactly one (a value, a raise or a scale cannot write where it was not told
-    to); otherwise it stays a defect of its own."""
+    to); otherwise it stays a defect of its own. So are wrong bytes seen only where the caches share one
+    buffer, when that defect writes (not only reads) out of place."""
     hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
     _attribute_by_case(groups, hosts)
     writers = [h for h in hosts if h.split("@", 1)[0] not in READS_ONLY]
@@ -509,6 +510,9 @@ def _attribute_crashes(groups: Groups) -> None:
     def unrelated(key: str) -> bool:
         return not any(trigger_set(key) & trigger_set(h) for h in _hosts(groups))
 
+    if host in writers and "wrong-bytes:shared-memory" in groups:
+        # bytes wrong only where the caches share one buffer: a write that left its own cache's memory
+        _move(groups, "wrong-bytes:shared-memory", lambda _n, _f: (host, why))
     crashed = any(class_of(k) == "crash" for k in groups)
     for key in [k for k in groups if class_of(k) in ("crash", "input-modified") and
                 (not trigger_of(k) or (class_of(k) == "crash" and unrelated(k)))
@@ -523,7 +527,10 @@ def _triggered(case: Case | None, hosts: list[str]) -> list[str]:
 
 
 def _present(dimension: str, case: Case) -> bool:
-    """Whether the Case has this trigger dimension (its ablation has somewhere to move it)."""
+    """Whether the Case has this trigger dimension (its ablation has somewhere to move it; a rule on H or D
+    holds for its size)."""
+    if dimension in SIZE_RULES:
+        return SIZE_RULES[dimension].holds(case)
     ablation = BY_NAME.get(dimension)
     return ablation is not None and next(iter(ablation.variants(case, "tensor1")), None) is not None
 
