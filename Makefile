@@ -9,6 +9,9 @@ BOOTSTRAP_PYTHON ?= python3
 PYTHON ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 PYTEST ?= $(PYTHON) -m pytest
 JOBS   ?= auto
+# worksteal: an idle xdist worker takes half of the longest queue left, so no chunk of long tests runs
+# alone at the end (conftest.py orders the long tests for it)
+DIST   ?= worksteal
 # torch 2.13.0 is pinned for the CPU-only install: pip finds a local CPU build of it; a bare
 # `torch` requirement would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
@@ -24,7 +27,7 @@ install:
 	$(VENV)/bin/python -m pip install "$(TORCH_CPU)" -e ".[dev,fuzz]"
 
 test:
-	$(PYTEST) -n $(JOBS) -q $(PYTEST_ARGS)
+	$(PYTEST) -n $(JOBS) --dist $(DIST) -q $(PYTEST_ARGS)
 
 lint:
 	$(PYTHON) -m ruff check .

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -75,17 +76,20 @@ def _long_units(items: list) -> list[list]:
     return list(units.values())
 
 
-def pytest_collection_modifyitems(items: list) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     # A test of tens of seconds must not run alone at the end (the H200 timeline of docs/bench.md), nor
     # behind the other long ones on one worker. xdist's `load` scheduler first sends each of its W
     # workers a chunk of (N // W) // 4 consecutive tests (pytest-xdist's LoadScheduling.schedule), and
     # "long first" put every long test in worker 0's chunk (222 s of a 279 s run on the H200,
-    # docs/results/h200-2026-12-04-c.md). So the long units are dealt round-robin to the heads of the
-    # chunks; the order is otherwise kept. Without xdist, the long tests simply go first.
+    # docs/results/h200-2026-12-04-c.md); its `worksteal` scheduler (make test's) first gives each worker
+    # N // W consecutive tests, and an idle worker then takes half of the longest queue left. So the long
+    # units are dealt round-robin to the heads of the first chunks; the order is otherwise kept. Without
+    # xdist, the long tests simply go first.
     units = _long_units(items)
     rest = [item for item in items if item.get_closest_marker("long") is None]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    chunk = (len(items) // workers) // 4 if workers else 0
+    share = 1 if getattr(config.option, "dist", "load") == "worksteal" else 4
+    chunk = (len(items) // workers) // share if workers else 0
     if chunk < 2:
         items[:] = [item for unit in units for item in unit] + rest
         return

@@ -58,13 +58,14 @@ EFFECTS = re.compile(
     r"rounding:(unfused|unfused-nan|unfused-tensor0d|unfused-tensor1|single|divide)|scale:(ignored|swapped|inverted)"
     r"|flush-to-zero|rounds-toward-zero|approximate-division|off-by-one-ulp"
     r"|encoding:(nan-sign|nan-past-448|saturates)|zero-sign:(plus|minus)"
-    r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|other-input|cache-ignored)"
+    r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|other-input|cache-ignored"
+    r"|cache-page-stride)|kv-mixed:(caches-swapped|inputs-swapped|k-for-v|v-for-k)"
     r"|padding:(wraps-to-end|slot-0)|out-of-range:written|storage:value-cast|raises:\w+|crash|graph:sync"
     r"|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained)")
 TRIGGER_WORDS = {"plain", "strided-input", "input-layouts-differ", "strided-loc", "strided-cache",
-                 "cache-layouts-differ", "cache-uint8",
-                 "cache-3d", "input-2d", "input-float16", "input-float32", "loc-int32", "heads-not-pow2",
-                 "dim-not-pow2", "page-size", "scale-kind:none", "scale-kind:float", "scale-kind:tensor0d",
+                 "cache-layouts-differ", "cache-uint8", "cache-3d", "input-2d", "input-float16", "input-float32",
+                 "loc-int32", "heads-not-pow2", "dim-not-pow2", "dim-not-multiple:8", "page-size", "scale-kind:none",
+                 "scale-kind:float", "scale-kind:tensor0d",
                  "scale-kind:tensor1", "scale-value", "scales-differ", "special-values", "padding", "out-of-range",
                  "duplicate-slots", "big-cache", "empty-batch", "many-tokens", "values"}
 #: Dimensions the plain Case here holds already (seeded values, a non-dyadic scale): a trigger made of these
@@ -120,12 +121,15 @@ TRIGGERS: dict[str, Callable[[Case], Case]] = {
     "cache-layouts-differ": lambda c: c.replace(v_cache_layout=Layout((0, 1, 2, 3), (0, 1, 0, 0))),
     "heads-not-pow2": lambda c: c.replace(num_heads=3),
     "dim-not-pow2": lambda c: c.replace(head_dim=12),
+    "dim-not-multiple:8": lambda c: c.replace(head_dim=20),
     "empty-batch": lambda c: c.replace(num_tokens=0, cache_loc=()),
 }
 #: A defect of this trigger may show in these other triggers' Cases too (their Case holds the trigger's change:
-#: caches laid out differently are strided caches; the strided-input Case has inputs laid out differently).
+#: caches laid out differently are strided caches; the strided-input Case has inputs laid out differently; D of 12
+#: and of 20 are neither powers of two nor multiples of 8).
 MAY_ALSO_FAIL = {"strided-cache": {"cache-layouts-differ"}, "strided-input": {"input-layouts-differ"},
-                 "input-layouts-differ": {"strided-input"}}
+                 "input-layouts-differ": {"strided-input"}, "dim-not-multiple:8": {"dim-not-pow2"},
+                 "dim-not-pow2": {"dim-not-multiple:8"}}
 
 # -- running a file on a Case ---------------------------------------------------------------------------------
 

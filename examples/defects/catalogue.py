@@ -83,6 +83,12 @@ CATALOGUE: list[Entry] = [
     _entry("torch_vllm_v_with_k_input_strides.py", "V's input is read with K's strides",
            (("strides:other-input", "input-layouts-differ"),),
            "flashinfer#527, ROCm/aiter#3492 (strides: one tensor's strides used for another)"),
+    _entry("torch_vllm_caches_swapped.py", "the K and V caches are swapped",
+           (("kv-mixed:caches-swapped", "plain"),),
+           "LMCache#2494/#2495 (a block-first vs K/V-first layout mismatch between writer and reader)"),
+    _entry("torch_vllm_page_stride_from_shape.py", "the page stride is computed from the shape",
+           (("strides:cache-page-stride", "strided-cache"),),
+           "ROCm/aiter#3492 (a hard-coded block stride, wrong for `unbind()` views)"),
     _entry("torch_vllm_zero_sign.py", "drops the sign of -0",
            (("zero-sign:plus", "special-values"),),
            "no issue of its own: a hand-written encoder's sign test"),
@@ -111,6 +117,10 @@ CATALOGUE: list[Entry] = [
            "related: vllm#13922; sglang#26852"),
     # -- torch_sglang: the control, then its variants ----------------------------------------------------------
     _entry("torch_sglang.py", "control (no defect)", (), "the control: no defect"),
+    _entry("torch_sglang_dim_tail.py", "a head's last D % 8 dims are not written",
+           (("wrong-slot:unwritten", "dim-not-multiple:8"),),
+           "sglang#15522 (a tile straddling a boundary that is not a multiple of the block), "
+           "XPU-Forces/mojo_opset#266"),
     _entry("torch_sglang_padding_slot0.py", "padding writes slot 0",
            (("padding:slot-0", "padding"),),
            "sglang#32477, vllm#43810 (padding entries written to a real slot)"),

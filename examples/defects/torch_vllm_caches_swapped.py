@@ -1,0 +1,42 @@
+"""Defect corpus: examples/defects/torch_vllm.py (recipe `divide`) with ONE defect: the K and V caches are swapped.
+
+Defect: K's bytes (divided by k_scale) go into value_cache and V's into key_cache, on every call.
+Models: LMCache#2494/#2495 (a block-first vs K/V-first layout mismatch between writer and reader).
+Expected in a conformance report (effect@trigger): `kv-mixed:caches-swapped@plain`.
+
+The changed lines are marked `# DEFECT`; everything else (the convention, the recipe, the layouts handled) is the
+control, examples/defects/torch_vllm.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _encode(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """e4m3(x_f32 / s) as fp8 bits (uint8): saturating, NaN -> 0x7F, signed zero kept."""
+    y = x.float() / scale.reshape(())
+    q = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return torch.where(y.isnan(), 0x7F, q)
+
+
+def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                            value_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str,
+                            k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """Write token t's fp8 K and V to slot slot_mapping[t] of the paged caches (negative: padding)."""
+    if kv_cache_dtype not in ("fp8", "fp8_e4m3"):
+        raise ValueError(f"kv_cache_dtype must be 'fp8' or 'fp8_e4m3', got {kv_cache_dtype!r}")
+    if key.shape[0] == 0:  # a shape, not a value: no host sync
+        return
+    block_size = key_cache.shape[1]
+    num_slots = key_cache.shape[0] * block_size
+    valid = (slot_mapping >= 0) & (slot_mapping < num_slots)
+    slot = torch.where(valid, slot_mapping, 0)
+    hits0 = valid & (slot_mapping == 0)
+    first0 = hits0.int().argmax().reshape(1)
+    block, offset = slot // block_size, slot % block_size
+    for x, cache, scale in ((key, value_cache, k_scale), (value, key_cache, v_scale)):  # DEFECT: caches swapped
+        q = _encode(x, scale)
+        out = cache.view(torch.uint8)  # bit copy into uint8 and fp8 caches alike
+        slot0 = torch.where(hits0.any(), q.index_select(0, first0)[0], out[0, 0])
+        out[block, offset] = torch.where(valid[:, None, None], q, slot0)

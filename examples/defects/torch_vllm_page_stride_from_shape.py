@@ -1,0 +1,45 @@
+"""Defect corpus: examples/defects/torch_vllm.py (recipe `divide`) with ONE defect: the page stride from the shape.
+
+Defect: each cache's block stride is taken as block_size * H * D, not read from the tensor (its other strides are
+honoured): wrong wherever a block is not densely packed, such as one half of a K/V-interleaved buffer.
+Models: ROCm/aiter#3492 (a hard-coded block stride, wrong for `unbind()` views).
+Expected in a conformance report (effect@trigger): `strides:cache-page-stride@strided-cache`.
+
+The changed lines are marked `# DEFECT`; everything else (the convention, the recipe, the layouts handled) is the
+control, examples/defects/torch_vllm.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _encode(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """e4m3(x_f32 / s) as fp8 bits (uint8): saturating, NaN -> 0x7F, signed zero kept."""
+    y = x.float() / scale.reshape(())
+    q = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return torch.where(y.isnan(), 0x7F, q)
+
+
+def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                            value_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str,
+                            k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """Write token t's fp8 K and V to slot slot_mapping[t] of the paged caches (negative: padding)."""
+    if kv_cache_dtype not in ("fp8", "fp8_e4m3"):
+        raise ValueError(f"kv_cache_dtype must be 'fp8' or 'fp8_e4m3', got {kv_cache_dtype!r}")
+    if key.shape[0] == 0:  # a shape, not a value: no host sync
+        return
+    block_size = key_cache.shape[1]
+    num_slots = key_cache.shape[0] * block_size
+    valid = (slot_mapping >= 0) & (slot_mapping < num_slots)
+    slot = torch.where(valid, slot_mapping, 0)
+    hits0 = valid & (slot_mapping == 0)
+    first0 = hits0.int().argmax().reshape(1)
+    block, offset = slot // block_size, slot % block_size
+    for x, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+        q = _encode(x, scale)
+        out = cache.view(torch.uint8)  # bit copy into uint8 and fp8 caches alike
+        out = out.as_strided(out.shape, (block_size * out.shape[2] * out.shape[3], *out.stride()[1:]),  # DEFECT
+                             out.storage_offset())  # DEFECT: the block stride from the shape
+        slot0 = torch.where(hits0.any(), q.index_select(0, first0)[0], out[0, 0])
+        out[block, offset] = torch.where(valid[:, None, None], q, slot0)
