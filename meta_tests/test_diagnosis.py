@@ -700,3 +700,19 @@ def test_a_head_size_rule_is_found_by_probing_sizes(head_dim: int) -> None:
     """D of 4 (a power of two: no ablation moves it) and D of 12 or 20 are one defect: D not a multiple of 8."""
     keys = [f.key for f in Diagnoser(_impl(_dim_tail_dropped), CPU).diagnose(_case(head_dim=head_dim))]
     assert keys == ["wrong-slot:unwritten@dim-not-multiple:8"]
+
+
+def test_a_raise_only_in_a_shared_buffer_joins_the_diagnosed_raise_of_its_type() -> None:
+    """Inputs sliced from one qkv buffer are strided: a kernel refusing strided inputs raises there too, and its
+    saved Case (rebuilt in separate buffers) passes. The raise's type ties it to the diagnosed one."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_same_exception
+    shared = Finding("raises", "raises:shared-memory", "shared", facts={"exception": "ValueError"})
+    diagnosed = Finding("raises", "raises:ValueError@strided-input", "strided")
+    groups = {"raises:ValueError@strided-input": [("a", diagnosed)], "raises:shared-memory": [("b", shared)]}
+    _merge_same_exception(groups)
+    assert list(groups) == ["raises:ValueError@strided-input"] and len(groups["raises:ValueError@strided-input"]) == 2
+    other = Finding("raises", "raises:shared-memory", "shared", facts={"exception": "RuntimeError"})
+    groups = {"raises:ValueError@strided-input": [("a", diagnosed)], "raises:shared-memory": [("b", other)]}
+    _merge_same_exception(groups)
+    assert sorted(groups) == ["raises:ValueError@strided-input", "raises:shared-memory"]

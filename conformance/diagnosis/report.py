@@ -648,10 +648,14 @@ def _merge_wrong_bound(groups: Groups) -> None:
 
 
 def _merge_same_exception(groups: Groups) -> None:
-    """A raise that no replay tied to a trigger (raised under a graph capture, say) is a symptom of the one
-    diagnosed raise of the same exception type, when there is exactly one."""
+    """A raise that no replay tied to a trigger (raised under a graph capture, or only where the tensors share
+    one buffer: inputs sliced from one qkv tensor are strided) is a symptom of the one diagnosed raise of the
+    same exception type, when there is exactly one."""
     def etype(key: str) -> str:
-        return key.split("@", 1)[0].split(":")[1].strip() if class_of(key) == "raises" and ":" in key else ""
+        if class_of(key) != "raises" or ":" not in key:
+            return ""
+        raised = {f.facts.get("exception") for _, f in groups[key] if f.facts.get("exception")}
+        return raised.pop() if len(raised) == 1 else key.split("@", 1)[0].split(":")[1].strip()
     for key in [k for k in groups if class_of(k) == "raises" and "@" not in k]:
         hosts = [k for k in groups if "@" in k and etype(k) and etype(k) == etype(key)]
         if len(hosts) == 1:
