@@ -615,8 +615,9 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if not found:
             return []
         kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
-        effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale", value=True,
-                              alternatives=found[1:]))
+        where = ", ".join(f"{n} {k}" for k, n in byte_kinds(e[e != w.actual], case.cache_format).most_common())
+        effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale; the differing bytes' "
+                              f"values: {where}", value=True, alternatives=found[1:]))
     return effects
 
 
@@ -630,17 +631,40 @@ def _unwritten(case: Case, expected: Built, actual: Built, before: dict[str, tor
     return True
 
 
+#: Mantissa bits of each cache format (e4m3 and e4m3fnuz: 3, e5m2: 2), to say which kind of value a byte holds.
+_MANTISSA = {"fp8_e4m3": 3, "fp8_e4m3fnuz": 3, "fp8_e5m2": 2}
+
+
+def byte_kinds(e: torch.Tensor, cache_format: str) -> Counter:
+    """How many of these expected bytes are ±0, subnormal, normal, the largest finite magnitude, or NaN/inf:
+    where in the format a residual lies (subnormal results only, say, is a subnormal rule gone wrong)."""
+    m = _MANTISSA.get(cache_format, 3)
+    mag = (e.to(torch.int64) & 0x7F)
+    exp = mag >> m
+    top = _finite_bytes(CACHE_FORMATS[cache_format]) - 1 if cache_format in CACHE_FORMATS else 0x7E
+    kinds: Counter = Counter()
+    nan = 0x80 if cache_format == "fp8_e4m3fnuz" else None  # fnuz's one NaN, its "-0"
+    for raw, b, x in zip(e.tolist(), mag.tolist(), exp.tolist()):
+        kinds["NaN/inf" if raw == nan else "±0" if b == 0 else "subnormal" if x == 0 else "largest" if b == top
+              else "NaN/inf" if b > top else "normal"] += 1
+    return kinds
+
+
 def summary(expected: Built, actual: Built) -> str:
-    """The commonest (expected -> actual) byte pairs of a diff nothing explains."""
+    """The commonest (expected -> actual) byte pairs of a diff nothing explains, and which kinds of value the
+    expected bytes are."""
     pairs: Counter = Counter()
+    kinds: Counter = Counter()
     total = 0
     for which in CACHES:
         e, a = expected.buffers[which].cpu(), actual.buffers[which].cpu()
         d = e != a
         total += int(d.sum())
         pairs.update(zip(e[d].tolist()[:4096], a[d].tolist()[:4096]))
+        kinds.update(byte_kinds(e[d][:4096], expected.case.cache_format))
     top = ", ".join(f"0x{x:02X}->0x{y:02X} x{n}" for (x, y), n in pairs.most_common(5))
-    return f"{total} bytes differ; commonest (expected->actual): {top}"
+    where = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    return f"{total} bytes differ; commonest (expected->actual): {top}; expected values: {where}"
 
 
 def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
