@@ -716,3 +716,22 @@ def test_a_raise_only_in_a_shared_buffer_joins_the_diagnosed_raise_of_its_type()
     groups = {"raises:ValueError@strided-input": [("a", diagnosed)], "raises:shared-memory": [("b", other)]}
     _merge_same_exception(groups)
     assert sorted(groups) == ["raises:ValueError@strided-input", "raises:shared-memory"]
+
+
+def test_a_failure_hypothesis_could_not_repeat_is_the_implementations_state() -> None:
+    """Hypothesis raises FlakyFailure when an example fails and then passes on its second run: the suite's tensors
+    come from seeds, so the implementation gave other bytes for the same call, one defect of its state."""
+    from hypothesis.errors import FlakyFailure
+
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.diagnosis.recorder import leaves
+    from conformance.harness import ConformanceFailure, _failure_kind
+    failure = _failure_kind("bytes")("impl: cache dtype float8_e4m3fn vs uint8 changes the k_cache bytes it writes:")
+    group = FlakyFailure("Failed on the first call but did not on a subsequent one", [failure])
+    assert type(group).__name__ == "FlakyFailure" and leaves(group) == [failure]
+    found = classify_failure(failure, "test_fp8_and_uint8_caches_agree", "test_equivalence", {}, None, None,
+                             unrepeatable=True)
+    assert [f.key for f in found] == ["state:unrepeatable"]
+    assert isinstance(failure, ConformanceFailure)
+    other = classify_failure(failure, "test_fp8_and_uint8_caches_agree", "test_equivalence", {}, None, None)
+    assert [f.key for f in other] != ["state:unrepeatable"]

@@ -662,11 +662,20 @@ def _with_case(findings: list[Finding], path: str | None, case: Case | None, rep
     return findings
 
 
+UNREPEATABLE = ("gives other bytes for the same example when Hypothesis runs it again (its bytes depend on earlier "
+                "calls, on where its tensors lie, or on a race)")
+
+
 def classify_failure(exc: BaseException, test: str, module: str, params: dict[str, Any],
-                     impl: Implementation | None, device: torch.device | None) -> list[Finding]:
-    """Findings for one exception a property test raised (a leaf of Hypothesis's group)."""
+                     impl: Implementation | None, device: torch.device | None,
+                     unrepeatable: bool = False) -> list[Finding]:
+    """Findings for one exception a property test raised (a leaf of Hypothesis's group). `unrepeatable`: the
+    leaf of a FlakyFailure (the example failed, then passed when run again: its Case is no evidence of a cause,
+    the failing run was the implementation's, as the suite's tensors come from seeds)."""
     message = str(exc)
     excerpt = excerpt_of(message)
+    if unrepeatable and any(c.__name__ == "ConformanceFailure" for c in type(exc).__mro__):
+        return [Finding("state", "state:unrepeatable", UNREPEATABLE, replayable=False, excerpt=excerpt)]
     attached = getattr(exc, "kvfp8_findings", None)
     if attached is not None:
         found = [Finding.from_dict(f) if isinstance(f, dict) else f for f in attached]

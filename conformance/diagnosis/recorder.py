@@ -77,7 +77,7 @@ def leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _classified(item: pytest.Item, exc: BaseException) -> list[dict[str, Any]]:
+def _classified(item: pytest.Item, exc: BaseException, unrepeatable: bool = False) -> list[dict[str, Any]]:
     from conformance.diagnosis.classify import Finding, classify_failure
     module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
     test = getattr(item, "originalname", None) or item.name
@@ -87,7 +87,8 @@ def _classified(item: pytest.Item, exc: BaseException) -> list[dict[str, Any]]:
         params["mutation"] = params["mutation"].name
     funcargs = getattr(item, "funcargs", {})
     try:
-        findings = classify_failure(exc, test, module, params, funcargs.get("impl"), funcargs.get("device"))
+        findings = classify_failure(exc, test, module, params, funcargs.get("impl"), funcargs.get("device"),
+                                    unrepeatable)
     except Exception as err:  # the classifier's own failure must not hide the test's
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         findings = [Finding("unclassified", "unclassified:classifier", f"could not classify: {detail[:200]}",
@@ -104,11 +105,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report.user_properties.append(("kvfp8_params", json.dumps(params_of(item))))
     if report.failed and call.excinfo is not None:
         found = []
+        # Hypothesis's FlakyFailure: the example failed, then passed when run again (a group of the failures)
+        unrepeatable = type(call.excinfo.value).__name__ == "FlakyFailure"
         for exc in leaves(call.excinfo.value):
             if isinstance(exc, pytest.skip.Exception):
                 continue
             found.append({"type": type(exc).__name__, "message": str(exc)[:4000],
-                          "findings": _classified(item, exc)})
+                          "findings": _classified(item, exc, unrepeatable)})
         report.user_properties.append(("kvfp8_leaves", json.dumps(found)))
 
 
