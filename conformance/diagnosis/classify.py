@@ -55,7 +55,8 @@ CELLS = {
     "off-by-one-ulp": "wrong bytes", "storage": "wrong bytes", "strides": "wrong bytes", "padding": "writes outside",
     "out-of-range": "writes outside", "big-cache": "wrong bytes", "per-token-head": "wrong bytes",
     "rounds-ties-away": "wrong bytes", "saturates-low": "wrong bytes", "input-rounded": "wrong bytes",
-    "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes",
+    "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes", "carry-lost": "wrong bytes",
+    "input-misread": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -68,7 +69,8 @@ CLASS_TITLES = {
     "big-cache": "caches above 2**31 bytes", "per-token-head": "dynamic per-(token, head) scales",
     "rounds-ties-away": "rounding ties away from zero", "saturates-low": "overflow bound",
     "input-rounded": "double rounding of the input", "format": "cache format",
-    "state": "state kept between calls", "kv-mixed": "K and V mixed up",
+    "state": "state kept between calls", "kv-mixed": "K and V mixed up", "carry-lost": "rounding carry lost",
+    "input-misread": "input dtype misread",
 }
 NAN_BYTES = (0x7F, 0xFF)
 EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes
@@ -330,7 +332,9 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
     for s in bad:
         toks = rows.writers[s]
         act, exp, old = rows.row(rows.act, s), rows.row(rows.exp, s), rows.row(rows.before, s)
-        if torch.equal(act, old) and not torch.equal(exp, old):
+        if bool((act == old)[act != exp].all()):
+            # Every differing byte kept its old value: the slot, or part of it (heads or dims past a tile), was
+            # not written. Its old bytes are no value, sign or overflow rule's, whatever they happen to read as.
             findings.append(Finding("wrong-slot", "wrong-slot:unwritten", "leaves a slot that a token names unwritten",
                                     facts={"which": which, "slots": [s]}))
             continue

@@ -27,6 +27,7 @@ from conformance.diagnosis.ablation import (
     BY_NAME,
     SIZE_PROBES,
     Ablation,
+    SizeRule,
     cache_bytes,
     fitting_rule,
     resized,
@@ -217,30 +218,36 @@ class Diagnoser:
         return None if r.error else bool(r.symptoms)
 
     def _sized(self, case: Case, symptom: str, trigger: list[str]) -> list[str]:
-        """H or D named by what the failure needs of it. Where the trigger is H or D not a power of two (or, for
-        D, nothing: a failure of the plain call may need D of at least 8), the Case is replayed at other sizes
-        (ablation.SIZE_PROBES; a size that passes, once more with other values, so that a value defect's few
-        elements do not pass by chance), and the first rule every outcome follows (not a power of two, not a
-        multiple of m, below or above m) names that dimension of the trigger."""
+        """H or D named by what the failure needs of it. Where the trigger is H or D not a power of two, or
+        nothing, the Case is replayed at other sizes (ablation.SIZE_PROBES; a size that passes, once more with
+        other values, so that a value defect's few elements do not pass by chance), and the first rule every
+        outcome follows (not a power of two, not a multiple of m, below or above m) names that dimension of the
+        trigger. From nothing, the rule must hold again on a cache of more pages: a bound read from H (pages x
+        H) moves with H on one Case, and not as a rule of H."""
         for attr in ("dim", "heads"):
             pow2 = f"{attr}-not-pow2"
-            # From nothing, D alone: a kernel's head size has widths it needs, while a failure that moves with H
-            # on the plain call is a bound read from H (pages x H), not a rule on H.
-            if pow2 not in trigger and (trigger or attr == "heads"):
+            if trigger and pow2 not in trigger:
                 continue
-            own = case.head_dim if attr == "dim" else case.num_heads
-            outcomes = {own: True}
-            for n in SIZE_PROBES[attr]:
-                variant = resized(case, attr, n)
-                failed = None if n == own else self._fails_alike(variant, symptom)
-                if failed is False:
-                    failed = self._fails_alike(variant.replace(seed=(case.seed + 7919) % 2**31), symptom)
-                if failed is not None:
-                    outcomes[n] = failed
-            rule = fitting_rule(attr, outcomes)
+            rule = self._size_rule(case, symptom, attr)
+            if rule is not None and not trigger:
+                more = case.replace(num_pages=2 * case.num_pages + 1)
+                again = self._size_rule(more, symptom, attr)
+                rule = rule if again is not None and again.name == rule.name else None
             if rule is not None:
                 trigger = [rule.name if t == pow2 else t for t in trigger] if pow2 in trigger else [rule.name]
         return trigger
+
+    def _size_rule(self, case: Case, symptom: str, attr: str) -> SizeRule | None:
+        own = case.head_dim if attr == "dim" else case.num_heads
+        outcomes = {own: True}
+        for n in SIZE_PROBES[attr]:
+            variant = resized(case, attr, n)
+            failed = None if n == own else self._fails_alike(variant, symptom)
+            if failed is False:
+                failed = self._fails_alike(variant.replace(seed=(case.seed + 7919) % 2**31), symptom)
+            if failed is not None:
+                outcomes[n] = failed
+        return fitting_rule(attr, outcomes)
 
     @staticmethod
     def _same_strided_layouts(case: Case, names: tuple[str, str]) -> Case | None:
@@ -406,7 +413,8 @@ EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding
                 "big-cache": "wrong bytes"}
 #: Effect classes read from each token's own input (their identity leaves the value dimensions out).
 VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away", "approximate-division",
-                 "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign")
+                 "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign",
+                 "carry-lost", "input-misread")
 
 
 # -- keys: effect@trigger ---------------------------------------------------------------------------

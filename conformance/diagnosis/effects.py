@@ -56,6 +56,10 @@ TITLES = {
                             "smallest normal)",
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
     "rounds-ties-away": "rounds ties away from zero instead of to even",
+    "carry-lost": "loses the carry of a value rounding up to a power of two (writes half of it: the exponent taken "
+                  "before rounding)",
+    "input-misread:bfloat16": "reads float16 input bits as bfloat16 (the other 2-byte dtype's path)",
+    "input-misread:float16": "reads bfloat16 input bits as float16 (the other 2-byte dtype's path)",
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
@@ -99,6 +103,8 @@ TITLES = {
     "zero-sign:plus": "writes +0 (0x00) for -0 (drops the sign of zero)",
     "zero-sign:minus": "writes -0 (0x80) for +0",
     "wrong-slot:unwritten": "leaves slots that tokens name unwritten",
+    "wrong-slot:loc-int32-words": "reads an int64 cache_loc as int32 words (token t gets the t-th 32-bit word: "
+                                  "slots and their zero high halves in turn)",
     "wrong-bytes:unexplained": "writes wrong bytes that no recipe, scale, rounding or encoding rule explains",
     "wrong-slot:unexplained": "writes bytes in the wrong places, in a way no misread argument explains",
 }
@@ -276,6 +282,16 @@ def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built
     return call
 
 
+def _loc_words(b: Built) -> dict | None:
+    """An int64 cache_loc read through an int32 pointer: token t gets its t-th 32-bit word (slot 5 then its
+    high word 0, ...), little-endian."""
+    loc = b.cache_loc
+    if loc.dtype != torch.int64 or loc.numel() < 2:
+        return None
+    words = loc.contiguous().view(torch.int32)[:loc.numel()].to(torch.int64)
+    return {**b.call(), "cache_loc": words}
+
+
 def _wrap_negative(loc: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where((loc < 0) & (loc >= -n), loc + n, loc)
 
@@ -321,6 +337,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("kv-mixed:inputs-swapped", "", _mixed("v", "k", "k_cache", "v_cache")),
     ("kv-mixed:k-for-v", "", _mixed("k", "k", "k_cache", "v_cache")),
     ("kv-mixed:v-for-k", "", _mixed("v", "v", "k_cache", "v_cache")),
+    ("wrong-slot:loc-int32-words", "", _loc_words),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
@@ -429,6 +446,20 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(tie, e + 1, e)
 
 
+def _carry_lost(rows: _Rows, held: str) -> list[torch.Tensor]:
+    """The recipe's bytes with each value that rounds up into the next power of two written one binade low
+    (a software encoder that takes the exponent before rounding: [1.9375, 2) written as 1.0, not 2.0); with and
+    without the same for a subnormal value rounding up to the smallest normal."""
+    e = rows.q(held)
+    y = _pre_cast(rows, held).to(torch.float64).abs()
+    table, last = _grid(rows.case)
+    mbits = CACHE_FORMATS[rows.case.cache_format].mantissa_bits
+    mag = (e & 0x7F).to(torch.int64)
+    carried = (mag <= last) & (mag >> mbits > 0) & ((mag & ((1 << mbits) - 1)) == 0) & (table[mag.clamp(max=last)] > y)
+    from_normal = carried & (mag >> mbits > 1)
+    return [torch.where(from_normal, e - (1 << mbits), e), torch.where(carried, e - (1 << mbits), e)]
+
+
 def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
     """(bound, bytes): the held recipe's bytes with every finite magnitude above the largest one the call
     wrote clamped to it (a clamp at another format's maximum: e4m3fnuz's 240 in an e4m3 write). None when
@@ -521,6 +552,12 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "rounds-toward-zero", lambda r=r: _toward_zero(rows, r)
     for r in order:
         yield "rounds-ties-away", lambda r=r: _ties_away(rows, r)
+    for r in order:
+        yield "carry-lost", lambda r=r: _carry_lost(rows, r)
+    other = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}.get(rows.x.dtype)
+    if other is not None:  # a 2-byte input sent down the other 2-byte dtype's path
+        yield f"input-misread:{str(other).split('.')[1]}", lambda: _quantized(
+            rows.x.view(other).to(torch.float32), _scale_value(rows.scale), held, case.cache_format)
     saturated = _saturated_low(w, held)
     if saturated is not None:  # the bound in the key: re-drawn calls must show the same one
         yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]
