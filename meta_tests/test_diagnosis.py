@@ -735,3 +735,71 @@ def test_a_failure_hypothesis_could_not_repeat_is_the_implementations_state() ->
     assert isinstance(failure, ConformanceFailure)
     other = classify_failure(failure, "test_fp8_and_uint8_caches_agree", "test_equivalence", {}, None, None)
     assert [f.key for f in other] != ["state:unrepeatable"]
+
+
+def _written_then(edit):
+    """A kernel that writes as the reference does, then edits the caches: edit(k_cache, v_cache, cache_loc, page)."""
+    def fn(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+           recipe="unfused", checked=False):
+        _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+        edit(k_cache.view(torch.uint8), v_cache.view(torch.uint8), cache_loc, page_size)
+    return fn
+
+
+def _zero_page_rest(kc, vc, loc, page):
+    named = {s for s in loc.tolist() if 0 <= s < kc.shape[0] * page}
+    for s in {x for p in {s // page for s in named} for x in range(p * page, (p + 1) * page)} - named:
+        kc[s // page, s % page] = 0
+        vc[s // page, s % page] = 0
+
+
+def _e5m2_into_e4m3(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                    recipe="unfused", checked=False):
+    """A uint8 cache taken to hold e5m2."""
+    fmt = "fp8_e5m2" if k_cache.dtype == torch.uint8 else "fp8_e4m3"
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                            checked=checked, cache_dtype=fmt)
+
+
+def _loc_words(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+               recipe="unfused", checked=False):
+    """cache_loc read through an int32 pointer."""
+    loc = cache_loc.contiguous().view(torch.int32)[:cache_loc.numel()] if cache_loc.dtype == torch.int64 else cache_loc
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _fp16_as_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                  recipe="unfused", checked=False):
+    """Every 2-byte input sent down the bf16 path."""
+    if k.dtype == torch.float16:
+        k, v = k.view(torch.bfloat16), v.view(torch.bfloat16)
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize("fn, changes, key", [
+    (_written_then(_zero_page_rest), {}, "wrong-slot:page-rest-zeroed@plain"),
+    (_e5m2_into_e4m3, {"cache_dtype": "uint8"}, "format:e5m2-bytes@cache-uint8"),
+    (_loc_words, {}, "wrong-slot:loc-int32-words@many-tokens"),
+    (_fp16_as_bf16, {"input_dtype": "float16"}, "input-misread:bfloat16@input-float16"),
+], ids=["page-rest-zeroed", "e5m2-in-uint8", "loc-int32-words", "fp16-as-bf16"])
+def test_blind_batch_classes_are_one_defect_each(fn, changes, key) -> None:
+    """Classes the second blind batch showed (docs/results/heldout-cpu-2026-12-04.md), each one defect."""
+    keys = [f.key for f in Diagnoser(_impl(fn), CPU).diagnose(_case(**changes))]
+    assert keys == [key]
+
+
+def _head_tile_of_4(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                    recipe="unfused", checked=False):
+    """Heads past the fourth never written (a head tile capped at 4, no loop over further tiles)."""
+    old = [c.clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for cache, before in zip((k_cache, v_cache), old):
+        cache[..., 4:, :] = before[..., 4:, :]
+
+
+@pytest.mark.parametrize("heads", [5, 8])
+def test_heads_past_a_tile_unwritten_are_one_defect_of_h(heads: int) -> None:
+    """Old bytes left in heads 4.. read as signs or overflows by chance; they are one slot left unwritten, and H of
+    8 (a power of two: no ablation moves it) is named by probing sizes: above 4."""
+    keys = [f.key for f in Diagnoser(_impl(_head_tile_of_4), CPU).diagnose(_case(num_heads=heads))]
+    assert keys == ["wrong-slot:unwritten@heads-above:4"]

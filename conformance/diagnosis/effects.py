@@ -67,6 +67,9 @@ TITLES = {
     "input-rounded:float16": "rounds float32 inputs to float16 before quantizing (a double rounding)",
     "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
     "format:e4m3-bytes": "writes e4m3 bytes into a cache of another format (the format it is told is ignored)",
+    "format:e5m2-bytes": "writes e5m2 bytes into a cache of another format (the format taken from elsewhere)",
+    "format:e4m3fnuz-bytes": "writes e4m3fnuz bytes into a cache of another format (the format taken from "
+                             "elsewhere)",
     "scale:ignored": "ignores a scale (writes a cache as if its scale were 1.0)",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
@@ -103,6 +106,8 @@ TITLES = {
     "zero-sign:plus": "writes +0 (0x00) for -0 (drops the sign of zero)",
     "zero-sign:minus": "writes -0 (0x80) for +0",
     "wrong-slot:unwritten": "leaves slots that tokens name unwritten",
+    "wrong-slot:page-rest-zeroed": "zeroes the slots of each page it writes that no token names (writes whole "
+                                   "pages)",
     "wrong-slot:loc-int32-words": "reads an int64 cache_loc as int32 words (token t gets the t-th 32-bit word: "
                                   "slots and their zero high halves in turn)",
     "wrong-bytes:unexplained": "writes wrong bytes that no recipe, scale, rounding or encoding rule explains",
@@ -292,6 +297,25 @@ def _loc_words(b: Built) -> dict | None:
     return {**b.call(), "cache_loc": words}
 
 
+def _page_rest_zeroed(b: Built) -> dict | None:
+    """The call, then every slot of a page it writes that no token of the call names zeroed: a kernel that
+    writes whole pages from a zeroed staging copy."""
+    case = b.case
+    size = case.page_size if case.cache_rank == 4 else 1
+    named = {s for s in case.cache_loc if 0 <= s < case.num_slots}
+    rest = [s for p in {s // size for s in named} for s in range(p * size, (p + 1) * size) if s not in named]
+    if not rest:
+        return None
+    call = b.call()
+
+    def zero() -> None:
+        for name in CACHES:
+            rows = call[name].view(torch.uint8)
+            for s in rest:
+                rows[s // size, s % size].zero_()
+    return {**call, "_after": [zero]}
+
+
 def _wrap_negative(loc: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where((loc < 0) & (loc >= -n), loc + n, loc)
 
@@ -338,6 +362,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("kv-mixed:k-for-v", "", _mixed("k", "k", "k_cache", "v_cache")),
     ("kv-mixed:v-for-k", "", _mixed("v", "v", "k_cache", "v_cache")),
     ("wrong-slot:loc-int32-words", "", _loc_words),
+    ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
@@ -557,7 +582,11 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     other = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}.get(rows.x.dtype)
     if other is not None:  # a 2-byte input sent down the other 2-byte dtype's path
         yield f"input-misread:{str(other).split('.')[1]}", lambda: _quantized(
-            rows.x.view(other).to(torch.float32), _scale_value(rows.scale), held, case.cache_format)
+            rows.x.view(other), _scale_value(rows.scale), held, case.cache_format)
+    for fmt in CACHE_FORMATS:  # bytes of another format (a uint8 cache taken to hold e5m2, say)
+        if fmt not in (case.cache_format, "fp8_e4m3"):
+            yield f"format:{fmt.removeprefix('fp8_')}-bytes", lambda fmt=fmt: _quantized(
+                rows.x, _scale_value(rows.scale), held, fmt)
     saturated = _saturated_low(w, held)
     if saturated is not None:  # the bound in the key: re-drawn calls must show the same one
         yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]
