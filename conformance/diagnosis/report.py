@@ -279,6 +279,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_same_exception(groups)
     _merge_explained(groups)
     _merge_wider(groups)
+    _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
     _attribute_graph(groups)
