@@ -803,3 +803,21 @@ def test_heads_past_a_tile_unwritten_are_one_defect_of_h(heads: int) -> None:
     8 (a power of two: no ablation moves it) is named by probing sizes: above 4."""
     keys = [f.key for f in Diagnoser(_impl(_head_tile_of_4), CPU).diagnose(_case(num_heads=heads))]
     assert keys == ["wrong-slot:unwritten@heads-above:4"]
+
+
+def test_a_raise_tied_between_two_hosts_joins_them_once_they_are_one() -> None:
+    """A kernel addressing pages with a stride from the shape raises where that view leaves the storage; its wrong
+    bytes read as the cache ignored in one Case and as the page stride in another, one defect once explained
+    (_merge_explained), and only then can the raise join it (defects_from merges raises again after)."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_explained, _merge_raises
+    ignored, page = "strides:cache-ignored@strided-cache", "strides:cache-page-stride@strided-cache"
+    raised = "raises:RuntimeError@strided-cache"
+    groups = {raised: [("r", Finding("raises", raised, "raises"))],
+              ignored: [("a", Finding("strides", ignored, "ignored", facts={"explanations": [ignored, page]}))],
+              page: [("b", Finding("strides", page, "page", facts={"explanations": [page]}))]}
+    _merge_raises(groups)
+    assert raised in groups  # two hosts of one trigger: a tie
+    _merge_explained(groups)
+    _merge_raises(groups)
+    assert list(groups) == [page]
