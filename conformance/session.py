@@ -57,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _hold(impl: Implementation, option: str | None, full: bool | None = None) -> tuple[str | None, str]:
     """The recipe impl is held to, and how it was chosen; `full`: the full sweep (default: on CUDA)."""
-    from conformance.diagnosis.identification import held_recipe, identify, sweep_points
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
     if option and option != "auto":
         return option, "given with --recipe"
     if impl.convention.told_recipe:
@@ -68,9 +68,8 @@ def _hold(impl: Implementation, option: str | None, full: bool | None = None) ->
         return identify_per_token_head(impl, device)
     started = time.perf_counter()
     full = device.type == "cuda" if full is None else full
-    res = identify(impl, sweep_points(["bfloat16", "float16"], full,
-                                      convention=impl.convention), device)
-    recipe, note = held_recipe(res)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16", "float16"], full, convention=impl.convention),
+                                     device)
     return recipe, f"{note}; sweep took {time.perf_counter() - started:.1f} s"
 
 

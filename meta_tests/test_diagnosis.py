@@ -821,3 +821,21 @@ def test_a_raise_tied_between_two_hosts_joins_them_once_they_are_one() -> None:
     _merge_explained(groups)
     _merge_raises(groups)
     assert list(groups) == [page]
+
+
+def _tile_slots(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True):
+    """SGLang's convention; token t >= 8 written to cache_loc[t % 8] (a tile's slots loaded from the first tile)."""
+    loc = cache_loc.clone()
+    if loc.numel() > 8:
+        loc[8:] = cache_loc[torch.arange(8, loc.numel()) % 8]
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe="single")
+
+
+def test_a_placement_defect_of_big_batches_does_not_hide_the_recipe() -> None:
+    """The identification sweep writes 128 tokens a call; where that matches no recipe, it is run again one token
+    a call, and the recipe found there is held (the placement defect is the properties' to name)."""
+    from conformance.conventions import SGLANG
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
+    impl = Implementation("tile-slots", _tile_slots, {}, convention=SGLANG)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16"], full=False, convention=SGLANG), CPU)
+    assert recipe == "single" and "one token a call" in note, note
