@@ -839,3 +839,46 @@ def test_a_placement_defect_of_big_batches_does_not_hide_the_recipe() -> None:
     impl = Implementation("tile-slots", _tile_slots, {}, convention=SGLANG)
     recipe, note = identify_robustly(impl, sweep_points(["bfloat16"], full=False, convention=SGLANG), CPU)
     assert recipe == "single" and "one token a call" in note, note
+
+
+def _head_major(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                recipe="unfused", checked=False):
+    """Pages addressed as [H, page_size, D] in a [page_size, H, D] cache (HND for NHD)."""
+    def hnd(c):
+        return c.as_strided(c.shape, (c.stride(0), c.stride(2), c.shape[1] * c.stride(2), c.stride(3)),
+                            c.storage_offset())
+    _reference(k, v, hnd(k_cache), hnd(v_cache), cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def _compacted_padding(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                       use_triton=True, *, recipe="unfused", checked=False):
+    """Padding dropped from cache_loc, not from the inputs: token i written to the i-th real slot."""
+    real = cache_loc[cache_loc >= 0]
+    loc = torch.full_like(cache_loc, -1)
+    loc[:real.numel()] = real
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _fp32_as_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                  recipe="unfused", checked=False):
+    """A float32 input read through a bfloat16 pointer (element i from byte 2i)."""
+    if k.dtype == torch.float32:
+        k, v = (x.contiguous().reshape(-1).view(torch.bfloat16)[:x.numel()].reshape(x.shape) for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+_ZEROS = tuple(Override("k", i, 0x80000000 if i % 2 else 0, "zero") for i in range(8))  # fp32 ±0
+
+
+@pytest.mark.parametrize("fn, changes, key", [
+    (_head_major, {}, "strides:cache-head-major@plain"),
+    (_compacted_padding, {"cache_loc": (-1, 5, 0)}, "padding:slots-compacted@padding"),
+    (_fp32_as_bf16, {"input_dtype": "float32"}, "input-misread:bfloat16@input-float32"),
+    (_fp32_as_bf16, {"input_dtype": "float32", "overrides": _ZEROS}, "input-misread:bfloat16@input-float32"),
+], ids=["head-major", "compacted-padding", "fp32-as-bf16", "fp32-as-bf16-zeros"])
+def test_third_blind_batch_classes_are_one_defect_each(fn, changes, key) -> None:
+    """The zeros Case: where the misread input's only wrong bytes are zero signs, a sign rule fits by chance;
+    re-drawn values write wrong values, which it does not explain, and the misread does."""
+    keys = [f.key for f in Diagnoser(_impl(fn), CPU).diagnose(_case(**changes))]
+    assert keys == [key]

@@ -327,9 +327,12 @@ class Diagnoser:
         REDRAWN_TOKENS tokens; then each with the telling scales, the scale kinds kept): where the symptom
         shows again, the effect or one of its alternatives must explain that call too, or nothing does
         (the defect is then unexplained, with the minimal call's byte pairs). Sign and overflow rules
-        (`encoding:`, `zero-sign:`) are read from every differing byte pair's kind, not fitted: kept."""
-        if not effect.value or effect.key.startswith(("encoding:", "zero-sign:")) or self.fill is not None:
+        (`encoding:`, `zero-sign:`) are read from every differing byte pair's kind, which re-drawn ordinary
+        values seldom show; they are held to a re-drawn call that shows them, or that writes wrong values
+        (a float32 input read as bfloat16 writes -0 for +0 where its values are zeros, and garbage elsewhere)."""
+        if not effect.value or self.fill is not None:
             return effect
+        sign_rule = effect.key.startswith(("encoding:", "zero-sign:"))
         keys = [effect.key, *effect.alternatives]
         redrawn = [case.replace(seed=(case.seed + k * 7919) % 2**31, overrides=()) for k in range(1, REDRAWN_SEEDS + 1)]
         # and with more tokens: a minimal Case may hold one element, whose re-drawn value seldom shows a
@@ -339,7 +342,7 @@ class Diagnoser:
         redrawn += [v for v in map(_telling, redrawn) if v is not None]
         for variant in redrawn:
             r = self.replay(variant)
-            if r is None or r.error or symptom not in r.symptoms:
+            if r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)):
                 continue  # the re-drawn values do not show it: no evidence either way
             again: set[str] = set()
             for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
@@ -468,7 +471,8 @@ MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ign
             "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
             "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
             "strides:cache-ignored": "strided-cache", "strides:cache-page-stride": "strided-cache",
-            "padding:wraps-to-end": "padding", "padding:slot-0": "padding", "out-of-range:written": "out-of-range"}
+            "padding:wraps-to-end": "padding", "padding:slot-0": "padding", "padding:slots-compacted": "padding",
+            "out-of-range:written": "out-of-range"}
 
 
 def consistent(effect: Effect, trigger: list[str]) -> Effect:

@@ -58,8 +58,10 @@ TITLES = {
     "rounds-ties-away": "rounds ties away from zero instead of to even",
     "carry-lost": "loses the carry of a value rounding up to a power of two (writes half of it: the exponent taken "
                   "before rounding)",
-    "input-misread:bfloat16": "reads float16 input bits as bfloat16 (the other 2-byte dtype's path)",
-    "input-misread:float16": "reads bfloat16 input bits as float16 (the other 2-byte dtype's path)",
+    "input-misread:bfloat16": "reads its input's bytes as bfloat16 (another input dtype's path: float16 bits as "
+                              "bfloat16, or float32 read through a bfloat16 pointer)",
+    "input-misread:float16": "reads its input's bytes as float16 (another input dtype's path: bfloat16 bits as "
+                             "float16, or float32 read through a float16 pointer)",
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
@@ -82,6 +84,8 @@ TITLES = {
     "strides:other-cache": "writes one cache with the other cache's strides",
     "strides:other-input": "reads one input with the other input's strides",
     "strides:cache-ignored": "writes a cache ignoring its strides (as if contiguous)",
+    "strides:cache-head-major": "addresses a [pages, page_size, H, D] cache as [pages, H, page_size, D] (a "
+                                "head-major, HND, page for an NHD one)",
     "strides:cache-page-stride": "addresses a cache's pages (or slots) with a stride computed from its shape, not "
                                  "the tensor's own (its other strides honoured)",
     "kv-mixed:caches-swapped": "writes K into value_cache and V into key_cache (the caches swapped)",
@@ -92,6 +96,8 @@ TITLES = {
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
                             "(indexed from the end, as a floor division or a negative index does)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
+    "padding:slots-compacted": "writes token i to the i-th non-negative slot (padding dropped from cache_loc but "
+                               "not from the inputs)",
     "out-of-range:written": "writes tokens whose slot is out of range instead of skipping them",
     "out-of-range:wrong-bound": "skips in-range slots past a wrong number of slots (the cache's size read from "
                                 "another dimension)",
@@ -236,6 +242,25 @@ def _mixed(k: str, v: str, k_cache: str, v_cache: str) -> Callable[[Built], dict
     return call
 
 
+def _head_major(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
+    """A [pages, page_size, H, D] cache addressed as [pages, H, page_size, D] (HND for NHD): row (offset, head)
+    of a page written at row head * page_size + offset of the cache's own rows."""
+    def call(b: Built) -> dict | None:
+        out = {**b.call(), "_after": []}
+        for name in names:
+            t = getattr(b, name)
+            if t.dim() != 4 or t.shape[1] == 1 or t.shape[2] == 1:
+                return None
+            row = t.stride(2)
+            strides = (t.stride(0), row, t.shape[1] * row, t.stride(3))
+            out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
+            if out[name] is None:
+                return None
+            out["_token_by_token"] = out.get("_token_by_token", False) or _self_overlapping(out[name])
+        return out
+    return call
+
+
 def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Callable[[Built], dict | None]:
     """Caches written as if contiguous; outer_only: only the outermost stride (a page's, or a 3-D cache's
     slot's) taken from the shape, the others the tensor's own (a block stride hard-coded as page_size x H x D)."""
@@ -316,6 +341,14 @@ def _page_rest_zeroed(b: Built) -> dict | None:
     return {**call, "_after": [zero]}
 
 
+def _compacted(loc: torch.Tensor, n: int) -> torch.Tensor:
+    """Padding dropped from the slots but not from the inputs: token i gets the i-th non-negative slot."""
+    real = loc[loc >= 0]
+    out = torch.full_like(loc, -1)
+    out[:real.numel()] = real
+    return out
+
+
 def _wrap_negative(loc: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where((loc < 0) & (loc >= -n), loc + n, loc)
 
@@ -354,6 +387,9 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:cache-ignored", "both caches", _cache_contiguous(("k_cache", "v_cache"))),
     ("strides:cache-ignored", "k_cache", _cache_contiguous(("k_cache",))),
     ("strides:cache-ignored", "v_cache", _cache_contiguous(("v_cache",))),
+    ("strides:cache-head-major", "both caches", _head_major(("k_cache", "v_cache"))),
+    ("strides:cache-head-major", "k_cache", _head_major(("k_cache",))),
+    ("strides:cache-head-major", "v_cache", _head_major(("v_cache",))),
     ("strides:cache-page-stride", "both caches", _cache_contiguous(("k_cache", "v_cache"), outer_only=True)),
     ("strides:cache-page-stride", "k_cache", _cache_contiguous(("k_cache",), outer_only=True)),
     ("strides:cache-page-stride", "v_cache", _cache_contiguous(("v_cache",), outer_only=True)),
@@ -364,6 +400,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("wrong-slot:loc-int32-words", "", _loc_words),
     ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
+    ("padding:slots-compacted", "", _slots(_compacted)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
@@ -469,6 +506,13 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     lower, upper = table[mag.clamp(max=last)], table[(mag + 1).clamp(max=last)]
     tie = below & (y == (lower + upper) / 2)
     return torch.where(tie, e + 1, e)
+
+
+def _read_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x's bytes read as `dtype`, element i of x's shape from element i of the reinterpreted buffer (a pointer
+    of the other type with the same element offsets: a float32 input read as bfloat16 takes byte 2i)."""
+    flat = x.contiguous().reshape(-1).view(dtype)
+    return flat[:x.numel()].reshape(x.shape)
 
 
 def _carry_lost(rows: _Rows, held: str) -> list[torch.Tensor]:
@@ -579,10 +623,11 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "rounds-ties-away", lambda r=r: _ties_away(rows, r)
     for r in order:
         yield "carry-lost", lambda r=r: _carry_lost(rows, r)
-    other = {torch.bfloat16: torch.float16, torch.float16: torch.bfloat16}.get(rows.x.dtype)
-    if other is not None:  # a 2-byte input sent down the other 2-byte dtype's path
-        yield f"input-misread:{str(other).split('.')[1]}", lambda: _quantized(
-            rows.x.view(other), _scale_value(rows.scale), held, case.cache_format)
+    other = {torch.bfloat16: (torch.float16,), torch.float16: (torch.bfloat16,),
+             torch.float32: (torch.bfloat16, torch.float16)}.get(rows.x.dtype, ())
+    for dtype in other:  # an input sent down another dtype's path: its bytes read as that dtype's
+        yield f"input-misread:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
+            _read_as(rows.x, dtype), _scale_value(rows.scale), held, case.cache_format)
     for fmt in CACHE_FORMATS:  # bytes of another format (a uint8 cache taken to hold e5m2, say)
         if fmt not in (case.cache_format, "fp8_e4m3"):
             yield f"format:{fmt.removeprefix('fp8_')}-bytes", lambda fmt=fmt: _quantized(
