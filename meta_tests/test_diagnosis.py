@@ -882,3 +882,19 @@ def test_third_blind_batch_classes_are_one_defect_each(fn, changes, key) -> None
     re-drawn values write wrong values, which it does not explain, and the misread does."""
     keys = [f.key for f in Diagnoser(_impl(fn), CPU).diagnose(_case(**changes))]
     assert keys == [key]
+
+
+def _scale_floor(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                 recipe="unfused", checked=False):
+    """A guard under the scale: `max(s, 1e-12)`, which a legal tiny scale meets."""
+    floor = (lambda s: s if s is None else max(float(s), 1e-12) if not isinstance(s, torch.Tensor)
+             else s.clamp(min=1e-12))
+    _reference(k, v, k_cache, v_cache, cache_loc, floor(k_scale), floor(v_scale), page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_a_floor_under_the_scale_is_not_read_as_the_scale_ignored() -> None:
+    """At a scale of 1e-30 the floored scale writes ±0 for the Case's tiny inputs, as ignoring the scale does;
+    at the telling scales (0.3, 1.7) the call is right, which refutes the scale ignored, and the floor fits."""
+    case = _case(k_scale=Scale("tensor1", 1e-30), v_scale=Scale("float", 0.7))
+    assert [f.key for f in Diagnoser(_impl(_scale_floor), CPU).diagnose(case)] == ["scale:floored:1e-12@any"]

@@ -227,6 +227,10 @@ def _rounded_scale(value: float, dtype: torch.dtype) -> float:
     return torch.tensor(value, dtype=torch.float32).to(dtype).float().item()
 
 
+#: Floors a kernel may put under its scale (a guard against dividing by ~0): common epsilons and fp32's tiny.
+SCALE_FLOORS = (1e-12, 1e-10, 1e-8, 1e-6, 2.0**-126)
+
+
 def _scale_variant_values(rows: _Rows) -> dict[str, float]:
     """The scale each scale variant uses in place of the cache's own: None, the other cache's, 1/s, and the
     scale held in bf16 or fp16 (a writer that stores its scale narrower than the reader's fp32)."""
@@ -235,6 +239,9 @@ def _scale_variant_values(rows: _Rows) -> dict[str, float]:
                 (1.0 / own if 0 < own < float("inf") else None, "scale:inverted"),
                 (_rounded_scale(own, torch.float16), "scale:held-float16"),
                 (_rounded_scale(own, torch.bfloat16), "scale:held-bfloat16")]
+    # A guard against a tiny scale (`s.clamp(min=1e-12)`, fp32's smallest normal), which a legal tiny scale meets:
+    # the floor in the key, so that re-drawn calls must show the same one.
+    variants += [(floor, f"scale:floored:{floor:g}") for floor in SCALE_FLOORS if own < floor]
     # A held scale may underflow to 0 or overflow to inf (fp16's range): x / 0 is what such a writer computes.
     return {key: value for value, key in variants if value is not None and value != own
             and (0 < value < float("inf") or (key.startswith("scale:held-") and value == value))}

@@ -34,7 +34,15 @@ from conformance.diagnosis.ablation import (
     words,
 )
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
-from conformance.diagnosis.effects import TITLES, Effect, _unwritten, explain, summary, title_of
+from conformance.diagnosis.effects import (
+    TITLES,
+    Effect,
+    _unwritten,
+    explain,
+    summary,
+    title_of,
+    value_keys_fitting,
+)
 from conformance.impls import Implementation
 from strategies.build import Built, build
 from strategies.case import Case, Layout, Scale
@@ -342,12 +350,17 @@ class Diagnoser:
         redrawn += [v for v in map(_telling, redrawn) if v is not None]
         for variant in redrawn:
             r = self.replay(variant)
-            if r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)):
+            if r is not None and not r.error and not r.symptoms and not sign_rule:
+                # The call is right: a model that predicts other bytes there is refuted (a scale ignored where
+                # the telling scales are right: a floor under the scale fit a tiny one's zeros).
+                keys = value_keys_fitting(variant, r.expected, r.actual, r.before, keys)
+            elif r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)):
                 continue  # the re-drawn values do not show it: no evidence either way
-            again: set[str] = set()
-            for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
-                again |= {e.key, *e.alternatives}
-            keys = [key for key in keys if key in again]
+            else:
+                again: set[str] = set()
+                for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+                    again |= {e.key, *e.alternatives}
+                keys = [key for key in keys if key in again]
             if not keys:
                 return Effect("wrong-bytes:unexplained", TITLES["wrong-bytes:unexplained"],
                               f"{summary(replay.expected, replay.actual)}; {title_of(effect.key, case.recipe)} fit "

@@ -125,6 +125,8 @@ def title_of(key: str, held: str = "") -> str:
     effect = key.split("@", 1)[0]
     if effect.startswith("saturates-low:"):
         return f"saturates at ±{effect.split(':', 1)[1]}, below the format's largest finite value"
+    if effect.startswith("scale:floored:"):
+        return f"puts a floor of {effect.split(':', 2)[2]} under its scale (a smaller scale, legal, is not used)"
     if effect.startswith("rounding:"):
         return f"computes {effect.split(':', 1)[1]}" + (f" where {held} is asked" if held else "")
     if effect.startswith("encoding:") and "+" in effect:
@@ -637,6 +639,27 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]
     for r in order:
         yield "approximate-division", lambda r=r: [rows.q(r), *_neighbours(rows, r)]
+
+
+def value_keys_fitting(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
+                       keys: list[str]) -> list[str]:
+    """Of these value effects, those whose model gives every written byte of this call, where the call holds
+    no other evidence (it passes): a model that predicts other bytes than the call wrote is refuted (a scale
+    ignored where a scale of 0.3 is right). Keys no model of this call computes are kept."""
+    ok: dict[str, bool] = {}
+    for which in CACHES:
+        rows = _Rows(case, which, expected, actual, before)
+        single = [s for s in rows.writers if len(rows.writers[s]) == 1]
+        if not single:
+            continue
+        w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
+        seen: dict[str, bool] = {}
+        for key, model in _value_models(w, case.recipe, case):
+            if key in keys and not seen.get(key):
+                seen[key] = w.fits(model())
+        for key, fits in seen.items():
+            ok[key] = ok.get(key, True) and fits
+    return [k for k in keys if ok.get(k, True)]
 
 
 def encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
