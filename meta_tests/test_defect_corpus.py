@@ -64,13 +64,13 @@ EFFECTS = re.compile(
     r"|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained)")
 TRIGGER_WORDS = {"plain", "strided-input", "input-layouts-differ", "strided-loc", "strided-cache",
                  "cache-layouts-differ", "cache-uint8", "cache-3d", "input-2d", "input-float16", "input-float32",
-                 "loc-int32", "heads-not-pow2", "dim-not-pow2", "dim-not-multiple:8", "page-size", "scale-kind:none",
-                 "scale-kind:float", "scale-kind:tensor0d",
+                 "loc-int32", "heads-not-pow2", "dim-not-pow2", "dim-not-multiple:8", "dim-not-multiple:32",
+                 "page-size", "scale-kind:none", "scale-kind:float", "scale-kind:tensor0d",
                  "scale-kind:tensor1", "scale-value", "scales-differ", "special-values", "padding", "out-of-range",
                  "duplicate-slots", "big-cache", "empty-batch", "many-tokens", "values"}
 #: Dimensions the plain Case here holds already (seeded values, a non-dyadic scale): a trigger made of these
 #: alone fails the plain Case. (The report's plain call has ordinary values and scales 1.0.)
-HELD_BY_PLAIN = {"plain", "values", "scale-value"}
+HELD_BY_PLAIN = {"plain", "values", "scale-value", "dim-not-multiple:32"}  # D = 16 is no multiple of 32
 
 #: Effects only a GPU shows: their entries get the CUDA-only tests below, and the CPU matrix treats them as absent.
 CUDA_ONLY_EFFECTS = {"graph:sync", "big-cache:wrong-offsets", "approximate-division"}

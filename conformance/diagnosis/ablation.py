@@ -331,7 +331,8 @@ BY_NAME = {a.name: a for a in ABLATIONS}
 # -- sizes: what a failure needs of H or D, named by probing other sizes (Diagnoser._sized) -------------
 
 #: The sizes a minimal Case's H or D is replayed at.
-SIZE_PROBES = {"heads": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "dim": (2, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256)}
+SIZE_PROBES = {"heads": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
+               "dim": (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)}
 _LETTER = {"heads": "H", "dim": "D"}
 
 
@@ -354,7 +355,7 @@ def _size_rules(attr: str) -> list[SizeRule]:
     n = _LETTER[attr]
     return [SizeRule(f"{attr}-not-pow2", attr, f"only when {n} is not a power of two", lambda x: x & (x - 1) != 0),
             *(SizeRule(f"{attr}-not-multiple:{m}", attr, f"only when {n} is not a multiple of {m}",
-                       lambda x, m=m: x % m != 0) for m in (16, 8, 4, 2)),
+                       lambda x, m=m: x % m != 0) for m in (32, 16, 8, 4, 2)),
             *(SizeRule(f"{attr}-below:{m}", attr, f"only when {n} is below {m}", lambda x, m=m: x < m)
               for m in (64, 32, 16, 8, 4, 2)),
             *(SizeRule(f"{attr}-above:{m}", attr, f"only when {n} is above {m}", lambda x, m=m: x > m)

@@ -339,9 +339,11 @@ def _written(rows: _Rows, diff: torch.Tensor, held: str) -> list[Finding]:
     for s in bad:
         toks = rows.writers[s]
         act, exp, old = rows.row(rows.act, s), rows.row(rows.exp, s), rows.row(rows.before, s)
-        if bool((act == old)[act != exp].all()):
+        kept = (act == old)[act != exp]
+        if (torch.equal(act, old) or kept.numel() > 1) and bool(kept.all()):
             # Every differing byte kept its old value: the slot, or part of it (heads or dims past a tile), was
             # not written. Its old bytes are no value, sign or overflow rule's, whatever they happen to read as.
+            # (One byte alone is no evidence: a seeded old byte is 0x00 one time in 256, as a flushed value is.)
             findings.append(Finding("wrong-slot", "wrong-slot:unwritten", "leaves a slot that a token names unwritten",
                                     facts={"which": which, "slots": [s]}))
             continue

@@ -730,8 +730,10 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         old = torch.stack([rows.row(rows.before, s) for s in single])
-        if bool((w.actual == old)[e != w.actual].all()):
-            return []  # every differing byte is the slot's old one: not written (no value rule fit by chance)
+        kept = (w.actual == old)[e != w.actual]
+        if kept.numel() > 1 and bool(kept.all()):
+            return []  # every differing byte is the slot's old one: not written (no value rule fit by chance;
+            # one byte alone is no evidence: a seeded old byte is 0x00 one time in 256, as a flushed value is)
         found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual) if case.cache_format == "fp8_e4m3" else None  # e4m3's byte rules
         infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None

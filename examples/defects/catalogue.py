@@ -67,7 +67,7 @@ CATALOGUE: list[Entry] = [
            note="the IndexError of entries below -num_slots is the same cause (a report lists it with this "
                 "defect)"),
     _entry("torch_vllm_tile_tail.py", "the head_dim tail past the last tile of 32 is never written",
-           (("wrong-slot:unwritten", "plain"),),
+           (("wrong-slot:unwritten", "dim-not-multiple:32"),),
            "sglang#15522 (a tile straddling a boundary not a multiple of the block); XPU-Forces/mojo_opset#266",
            note="written after the diagnosis was settled; its report was read only then"),
     _entry("torch_vllm_oob_clamped.py", "out-of-range slots clamped to the last slot",

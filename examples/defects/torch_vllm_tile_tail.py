@@ -4,7 +4,8 @@ full tile of 32 is never written.
 Defect: the write handles head_dim in tiles of 32 and drops the last partial tile, so dims past 32 * (D // 32) keep
 their old bytes (all of them when D < 32).
 Models: sglang#15522 (a tile straddling a boundary not a multiple of the block); XPU-Forces/mojo_opset#266.
-Expected in a conformance report (effect@trigger): `wrong-slot:unwritten@plain` (the plain call's D may be 8 or 16).
+Expected in a conformance report (effect@trigger): `wrong-slot:unwritten@dim-not-multiple:32` (found by replaying
+the minimal Case at other head sizes; the plain call's D may be 8 or 16).
 Written after the report's diagnosis was settled (as tiles of 16), and its report read only then: one defect, this.
 
 The changed lines are marked `# DEFECT`; everything else (the convention, the recipe, the layouts handled) is the
