@@ -898,3 +898,19 @@ def test_a_floor_under_the_scale_is_not_read_as_the_scale_ignored() -> None:
     at the telling scales (0.3, 1.7) the call is right, which refutes the scale ignored, and the floor fits."""
     case = _case(k_scale=Scale("tensor1", 1e-30), v_scale=Scale("float", 0.7))
     assert [f.key for f in Diagnoser(_impl(_scale_floor), CPU).diagnose(case)] == ["scale:floored:1e-12@any"]
+
+
+def _pack_order(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                recipe="unfused", checked=False):
+    """A 4-byte vector store packing its bytes in the wrong order, taken only where D is a multiple of 4."""
+    d = k.shape[-1]
+    if d % 4 == 0:
+        k, v = (x.reshape(*x.shape[:-1], d // 4, 4).flip(-1).reshape(x.shape) for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_dims_reversed_in_fours_is_one_defect_of_d() -> None:
+    """Bytes moved within a row fall into other symptom classes (a sign, an overflow) as the values move: one
+    defect, named by the rule on D that probing other sizes finds (a multiple of 4: D = 2 and 6 are right)."""
+    keys = [f.key for f in Diagnoser(_impl(_pack_order), CPU).diagnose(_case())]
+    assert keys == ["strides:dims-reversed:4@dim-multiple:4"]

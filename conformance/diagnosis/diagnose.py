@@ -412,14 +412,24 @@ class Diagnoser:
 
 def narrowest(findings: list[Finding]) -> list[Finding]:
     """Of findings with one effect, those whose trigger holds no other's: a symptom that one ablation
-    happens to hide (a sign pair gone with the values that made it) adds dimensions, not a cause."""
+    happens to hide (a sign pair gone with the values that made it) adds dimensions, not a cause. And of a
+    placement effect found under several triggers, not one made of value dimensions alone: bytes written to the
+    wrong place fall into other symptom classes (a sign, an overflow) as the values move, not out of place."""
     def parts(f: Finding) -> tuple[str, frozenset[str]]:
         return same_effect(f.key), trigger_set(f.key)
+
+    def by_values(f: Finding) -> bool:
+        trig = parts(f)[1]
+        return class_of(f.key) not in VALUE_CLASSES and parts(f)[0] != "unexplained" and bool(trig) and all(
+            BY_NAME.get(t) is not None and BY_NAME[t].value for t in trig)
     kept = []
     for f in findings:
         effect, trig = parts(f)
-        if not any(parts(g)[0] == effect and parts(g)[1] < trig for g in findings):
-            kept.append(f)
+        if any(parts(g)[0] == effect and parts(g)[1] < trig for g in findings):
+            continue
+        if by_values(f) and any(g is not f and parts(g)[0] == effect and not by_values(g) for g in findings):
+            continue
+        kept.append(f)
     return kept
 
 

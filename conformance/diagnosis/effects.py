@@ -125,6 +125,9 @@ def title_of(key: str, held: str = "") -> str:
     effect = key.split("@", 1)[0]
     if effect.startswith("saturates-low:"):
         return f"saturates at ±{effect.split(':', 1)[1]}, below the format's largest finite value"
+    if effect.startswith("strides:dims-reversed:"):
+        return (f"writes each group of {effect.rsplit(':', 1)[1]} dims of a head in reverse order (a vector store "
+                "packing its bytes in the wrong order)")
     if effect.startswith("scale:floored:"):
         return f"puts a floor of {effect.split(':', 2)[2]} under its scale (a smaller scale, legal, is not used)"
     if effect.startswith("rounding:"):
@@ -343,6 +346,21 @@ def _page_rest_zeroed(b: Built) -> dict | None:
     return {**call, "_after": [zero]}
 
 
+def _dims_reversed(group: int) -> Callable[[Built], dict | None]:
+    """Each group of `group` dims of a head written in reverse order (a vector store packing its bytes in the
+    wrong order): the call with its inputs' dims so permuted."""
+    def call(b: Built) -> dict | None:
+        t, h, d = b.case.input_shape
+        if d % group or group < 2 or t == 0:
+            return None
+        out = b.call()
+        for name in ("k", "v"):
+            x = getattr(b, name).reshape(t, h, d)
+            out[name] = x.reshape(t, h, d // group, group).flip(-1).reshape(t, h, d)
+        return out
+    return call
+
+
 def _compacted(loc: torch.Tensor, n: int) -> torch.Tensor:
     """Padding dropped from the slots but not from the inputs: token i gets the i-th non-negative slot."""
     real = loc[loc >= 0]
@@ -401,6 +419,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("kv-mixed:v-for-k", "", _mixed("v", "v", "k_cache", "v_cache")),
     ("wrong-slot:loc-int32-words", "", _loc_words),
     ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
+    *((f"strides:dims-reversed:{g}", f"in groups of {g}", _dims_reversed(g)) for g in (2, 4, 8, 16)),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
     ("padding:slots-compacted", "", _slots(_compacted)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
@@ -436,7 +455,7 @@ def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect 
     if not fits:
         return None
     key, detail = fits[0]
-    return Effect(key, TITLES[key], detail, alternatives=[k for k, _ in fits[1:]])
+    return Effect(key, title_of(key), detail, alternatives=[k for k, _ in fits[1:]])
 
 
 # -- value models: each written byte from its own token's input --------------------------------------
