@@ -914,3 +914,15 @@ def test_dims_reversed_in_fours_is_one_defect_of_d() -> None:
     defect, named by the rule on D that probing other sizes finds (a multiple of 4: D = 2 and 6 are right)."""
     keys = [f.key for f in Diagnoser(_impl(_pack_order), CPU).diagnose(_case())]
     assert keys == ["strides:dims-reversed:4@dim-multiple:4"]
+
+
+def test_an_exception_in_the_suites_own_frames_is_never_the_implementations() -> None:
+    """A diagnosis bug (a KeyError in the suite's code, say) that escapes a probe is a suite error, not a raise
+    of the implementation under test."""
+    from conformance.conventions import get_convention
+    from conformance.diagnosis.classify import classify_failure
+    try:
+        get_convention("no-such-convention")  # raises in conformance/conventions.py: the suite's own frame
+    except ValueError as exc:
+        found = classify_failure(exc, "test_capability", "capability_probes", {}, None, None)
+    assert [f.key for f in found] == ["unclassified:suite"]

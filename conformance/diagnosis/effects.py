@@ -460,6 +460,10 @@ def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect 
 
 # -- value models: each written byte from its own token's input --------------------------------------
 
+#: Floors a kernel may put under its scale (a guard against dividing by ~0): common epsilons and fp32's tiny. Not
+#: a symptom-level scale variant (classify): at a scale of 2**-149 plain values saturate under every floor too.
+SCALE_FLOORS = (1e-12, 1e-10, 1e-8, 1e-6, 2.0**-126)
+
 def _pre_cast(rows: _Rows, recipe: str) -> torch.Tensor:
     """fp32 [T, H, D]: the recipe's value before the e4m3 rounding."""
     value = rows.scale.value if rows.scale.kind != "none" else 1.0
@@ -626,6 +630,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
             yield key, lambda value=value: [rows.q(r, value) for r in RECIPES]
         else:
             yield key, lambda value=value: rows.q(held, value)
+    own = _scale_value(rows.scale)
+    for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
+        if own < floor:  # the floor in the key, so that re-drawn calls must show the same one
+            yield f"scale:floored:{floor:g}", lambda floor=floor: rows.q(held, floor)
     if rows.x.dtype == torch.float32:  # float32 input narrowed first (a bf16/fp16 kernel's load, say)
         for dtype in (torch.bfloat16, torch.float16):
             yield f"input-rounded:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
