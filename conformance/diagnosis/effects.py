@@ -286,27 +286,50 @@ def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Calla
     return call
 
 
+def _token_rows(call: dict) -> dict[str, torch.Tensor]:
+    """Each token's reference bytes [T, H, D] for both caches, from scratch caches of one slot a token."""
+    tokens = call["cache_loc"].shape[0]
+    scratch = {**call, "cache_loc": torch.arange(tokens, device=call["cache_loc"].device), "page_size": 1}
+    for n in CACHES:
+        scratch[n] = torch.zeros((tokens, 1, *call[n].shape[-2:]), dtype=call[n].dtype, device=call[n].device)
+    naive_fp8_set_kv_buffer(**scratch)
+    return {n: scratch[n][:, 0] for n in CACHES}
+
+
+def _valid_tokens(call: dict) -> Iterator[tuple[int, int]]:
+    """(token, slot) of the call's tokens whose slot is in range, in token order."""
+    cache = call["k_cache"]
+    slots = cache.shape[0] * (cache.shape[1] if cache.dim() == 4 else 1)
+    return ((t, s) for t, s in enumerate(call["cache_loc"].tolist()) if 0 <= s < slots)
+
+
 def _token_by_token(call: dict) -> None:
     """The reference's write where a misread cache view overlaps itself (a page stride smaller than a page),
-    which the reference refuses: each valid token's bytes, from a scratch cache of one slot a token, copied to
-    its slot of the view in token order (so a later token's bytes land over an earlier's, as a sequential
-    write leaves them)."""
-    loc = call["cache_loc"]
-    tokens = loc.shape[0]
-    for name in ("k_cache", "v_cache"):
+    which the reference refuses: each valid token's bytes copied to its slot of the view in token order (so a
+    later token's bytes land over an earlier's, as a sequential write leaves them)."""
+    rows = _token_rows(call)
+    for name in CACHES:
         cache = call[name]
-        scratch_call = {**call, "k_cache": None, "v_cache": None, "cache_loc": torch.arange(tokens, device=loc.device),
-                        "page_size": 1}
-        for n in ("k_cache", "v_cache"):
-            other = call[n]
-            scratch_call[n] = torch.zeros((tokens, 1, *other.shape[-2:]), dtype=other.dtype, device=other.device)
-        naive_fp8_set_kv_buffer(**scratch_call)
-        rows = scratch_call[name][:, 0]
         page = cache.shape[1] if cache.dim() == 4 else 1
-        slots = cache.shape[0] * page
-        for t, s in enumerate(loc.tolist()):
-            if 0 <= s < slots:
-                (cache[s // page, s % page] if cache.dim() == 4 else cache[s]).copy_(rows[t])
+        for t, s in _valid_tokens(call):
+            (cache[s // page, s % page] if cache.dim() == 4 else cache[s]).copy_(rows[name][t])
+
+
+def _head_major_rows(b: Built) -> dict | None:
+    """A [pages, page_size, H, D] cache whose (offset, head) rows are indexed head-major, by logical index: row
+    (offset, h) of a page written at the cache's row h * page_size + offset, that is [r // H, r % H]."""
+    if b.case.cache_rank != 4 or b.case.page_size == 1 or b.case.num_heads == 1:
+        return None
+
+    def write(call: dict) -> None:
+        rows = _token_rows(call)
+        size, heads = b.case.page_size, b.case.num_heads
+        for name in CACHES:
+            for t, s in _valid_tokens(call):
+                for h in range(heads):
+                    r = h * size + s % size
+                    call[name][s // size, r // heads, r % heads].copy_(rows[name][t, h])
+    return {**b.call(), "_writer": write}
 
 
 def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built], dict | None]:
@@ -410,6 +433,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:cache-head-major", "both caches", _head_major(("k_cache", "v_cache"))),
     ("strides:cache-head-major", "k_cache", _head_major(("k_cache",))),
     ("strides:cache-head-major", "v_cache", _head_major(("v_cache",))),
+    ("strides:cache-head-major", "by logical rows", _head_major_rows),
     ("strides:cache-page-stride", "both caches", _cache_contiguous(("k_cache", "v_cache"), outer_only=True)),
     ("strides:cache-page-stride", "k_cache", _cache_contiguous(("k_cache",), outer_only=True)),
     ("strides:cache-page-stride", "v_cache", _cache_contiguous(("v_cache",), outer_only=True)),
@@ -445,7 +469,9 @@ def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect 
             if call is None:
                 continue
             after = call.pop("_after", [])
-            (_token_by_token if call.pop("_token_by_token", False) else lambda c: naive_fp8_set_kv_buffer(**c))(call)
+            writer = call.pop("_writer", None) or (_token_by_token if call.pop("_token_by_token", False)
+                                                   else lambda c: naive_fp8_set_kv_buffer(**c))
+            writer(call)
             for write_back in after:
                 write_back()
         except Exception:  # the misread call is not one the reference can make: not this model
