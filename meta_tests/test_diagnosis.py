@@ -926,3 +926,18 @@ def test_an_exception_in_the_suites_own_frames_is_never_the_implementations() ->
     except ValueError as exc:
         found = classify_failure(exc, "test_capability", "capability_probes", {}, None, None)
     assert [f.key for f in found] == ["unclassified:suite"]
+
+
+def test_a_raise_joins_the_one_unexplained_diff_of_its_exact_trigger() -> None:
+    """A page size taken as a power of two writes wrong slots on some Cases and indexes past the cache on
+    others, both only for some page sizes: with no model for it, one unexplained defect, the raise its symptom."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_raises
+    wrong, raised = "wrong-slot:unexplained@page-size", "raises:IndexError@page-size"
+    groups = {wrong: [("a", Finding("wrong-slot", wrong, "wrong"))], raised: [("b", Finding("raises", raised, "r"))]}
+    _merge_raises(groups)
+    assert list(groups) == [wrong]
+    other = "raises:IndexError@page-size+padding"
+    groups = {wrong: [("a", Finding("wrong-slot", wrong, "wrong"))], other: [("b", Finding("raises", other, "r"))]}
+    _merge_raises(groups)
+    assert sorted(groups) == sorted([wrong, other])

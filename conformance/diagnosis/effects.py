@@ -696,9 +696,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
 
 def value_keys_fitting(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
                        keys: list[str]) -> list[str]:
-    """Of these value effects, those whose model gives every written byte of this call, where the call holds
-    no other evidence (it passes): a model that predicts other bytes than the call wrote is refuted (a scale
-    ignored where a scale of 0.3 is right). Keys no model of this call computes are kept."""
+    """Of these value effects, those whose model gives every written byte of one of this call's caches, where
+    the call holds no other evidence (it passes): a model that predicts other bytes than either cache holds is
+    refuted (a scale ignored where scales of 0.3 and 1.7 are right). Keys no model of this call computes are
+    kept."""
     ok: dict[str, bool] = {}
     for which in CACHES:
         rows = _Rows(case, which, expected, actual, before)
@@ -710,8 +711,8 @@ def value_keys_fitting(case: Case, expected: Built, actual: Built, before: dict[
         for key, model in _value_models(w, case.recipe, case):
             if key in keys and not seen.get(key):
                 seen[key] = w.fits(model())
-        for key, fits in seen.items():
-            ok[key] = ok.get(key, True) and fits
+        for key, fits in seen.items():  # one cache it fits is enough: an effect is read cache by cache (a 0-d
+            ok[key] = ok.get(key, False) or fits  # scale's rounding predicts nothing right of a 1-element scale)
     return [k for k in keys if ok.get(k, True)]
 
 

@@ -637,6 +637,11 @@ def _merge_raises(groups: Groups) -> None:
         hosts = [k for k in groups if k != key and trigger_set(k) and trigger_set(k) <= trigger_set(key)
                  and not _symptom_only(k) and class_of(k) != "validation"]
         best = [h for h in hosts if len(trigger_set(h)) == max(len(trigger_set(x)) for x in hosts)]
+        if not hosts and class_of(key) in ("raises", "crash"):
+            # No diagnosed host: a raise beside the one unexplained diff of exactly its trigger is that diff's
+            # other side (an index past the cache on some slots, wrong bytes on the others)
+            best = [k for k in groups if k != key and same_effect(k) == "unexplained"
+                    and trigger_set(k) == trigger_set(key)]
         if len(best) == 1:
             _move(groups, key, lambda _n, _f, host=best[0]: (host, ""))
 
