@@ -1,9 +1,11 @@
-"""conftest's test order: the long tests are dealt to the heads of the chunks pytest-xdist's `load` scheduler
-first sends each worker, so no worker starts with all of them; a module marked long("module") stays whole."""
+"""conftest's test order: the long tests are dealt to the heads of the chunks pytest-xdist's scheduler first
+sends each worker (`load`: a quarter of N / W each; `worksteal`, make test's: N / W each), so no worker starts
+with all of them; a module marked long("module") stays whole."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,11 +29,16 @@ def _items() -> list[FakeItem]:
     return items
 
 
-def test_long_units_go_to_the_heads_of_the_first_chunks(monkeypatch):
+def _config(dist: str) -> SimpleNamespace:
+    return SimpleNamespace(option=SimpleNamespace(dist=dist))
+
+
+@pytest.mark.parametrize("dist, share", [("load", 4), ("worksteal", 1)])
+def test_long_units_go_to_the_heads_of_the_first_chunks(monkeypatch, dist, share):
     items = _items()
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
-    conftest.pytest_collection_modifyitems(items)
-    chunk = (len(items) // 4) // 4  # pytest-xdist's first chunk a worker
+    conftest.pytest_collection_modifyitems(_config(dist), items)
+    chunk = (len(items) // 4) // share  # pytest-xdist's first chunk a worker
     chunks = [items[i * chunk:(i + 1) * chunk] for i in range(4)]
     assert [it.name for it in chunks[0][:2]] == ["report-a", "report-b"]  # one module's run, kept together
     assert [c[0].name for c in chunks[1:]] == ["corpus0", "corpus1", "corpus2"]
@@ -43,5 +50,5 @@ def test_long_units_go_to_the_heads_of_the_first_chunks(monkeypatch):
 def test_without_xdist_the_long_tests_go_first(monkeypatch):
     items = _items()
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
-    conftest.pytest_collection_modifyitems(items)
+    conftest.pytest_collection_modifyitems(_config("no"), items)
     assert [it.name for it in items[:5]] == ["report-a", "report-b", "corpus0", "corpus1", "corpus2"]
