@@ -346,7 +346,12 @@ class SizeRule:
     fails: Callable[[int], bool]
 
     def holds(self, case: Case) -> bool:
-        return self.fails(case.num_heads if self.attr == "heads" else case.head_dim)
+        return self.fails(size_of(case, self.attr))
+
+
+def size_of(case: Case, attr: str) -> int:
+    """The Case's H (attr "heads") or D ("dim")."""
+    return case.num_heads if attr == "heads" else case.head_dim
 
 
 def _size_rules(attr: str) -> list[SizeRule]:

@@ -278,8 +278,6 @@ def explanation_title(key: str, which: str, held: str) -> str:
     name = "k_scale" if which == "k_cache" else "v_scale"
     if key.startswith("rounding:"):
         return f"computes {key.split(':', 1)[1]} where {held} is asked"
-    if key.startswith("scale:floored:"):
-        return f"puts a floor of {key.split(':', 2)[2]} under {name} (a smaller scale, legal, is not used)"
     return {"scale:ignored": f"ignores a scale: writes {which} as if {name} were None",
             "scale:swapped": f"writes {which} with the other cache's scale",
             "scale:inverted": f"multiplies {which} by {name} instead of dividing by it",

@@ -31,6 +31,7 @@ from conformance.diagnosis.ablation import (
     cache_bytes,
     fitting_rule,
     resized,
+    size_of,
     words,
 )
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
@@ -246,7 +247,7 @@ class Diagnoser:
         return trigger
 
     def _size_rule(self, case: Case, symptom: str, attr: str) -> SizeRule | None:
-        own = case.head_dim if attr == "dim" else case.num_heads
+        own = size_of(case, attr)
         outcomes = {own: True}
         for n in SIZE_PROBES[attr]:
             variant = resized(case, attr, n)
@@ -417,20 +418,24 @@ def narrowest(findings: list[Finding]) -> list[Finding]:
     wrong place fall into other symptom classes (a sign, an overflow) as the values move, not out of place."""
     def parts(f: Finding) -> tuple[str, frozenset[str]]:
         return same_effect(f.key), trigger_set(f.key)
-
-    def by_values(f: Finding) -> bool:
-        trig = parts(f)[1]
-        return class_of(f.key) not in VALUE_CLASSES and parts(f)[0] != "unexplained" and bool(trig) and all(
-            BY_NAME.get(t) is not None and BY_NAME[t].value for t in trig)
     kept = []
     for f in findings:
         effect, trig = parts(f)
         if any(parts(g)[0] == effect and parts(g)[1] < trig for g in findings):
             continue
-        if by_values(f) and any(g is not f and parts(g)[0] == effect and not by_values(g) for g in findings):
+        if keyed_by_values(f.key) and any(g is not f and parts(g)[0] == effect and not keyed_by_values(g.key)
+                                          for g in findings):
             continue
         kept.append(f)
     return kept
+
+
+def keyed_by_values(key: str) -> bool:
+    """A placement (or other non-value) effect whose trigger is value dimensions alone: misplaced bytes change
+    symptom class as the values move, so such a trigger is chance where the same effect has another."""
+    trig = trigger_set(key)
+    return class_of(key) not in VALUE_CLASSES and same_effect(key) != "unexplained" and bool(trig) and all(
+        BY_NAME.get(t) is not None and BY_NAME[t].value for t in trig)
 
 
 #: The capability cell of an effect class.

@@ -247,43 +247,42 @@ def _mixed(k: str, v: str, k_cache: str, v_cache: str) -> Callable[[Built], dict
     return call
 
 
-def _head_major(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
-    """A [pages, page_size, H, D] cache addressed as [pages, H, page_size, D] (HND for NHD): row (offset, head)
-    of a page written at row head * page_size + offset of the cache's own rows."""
+def _caches_misread(names: tuple[str, ...],
+                    strides_of: Callable[[torch.Tensor], tuple[int, ...] | None]) -> Callable[[Built], dict | None]:
+    """The call with each named cache written through its own buffer and offset at the strides a kernel
+    misreads (strides_of: None, or the cache's own strides, where that misreading changes nothing)."""
     def call(b: Built) -> dict | None:
         out = {**b.call(), "_after": []}
         for name in names:
             t = getattr(b, name)
-            if t.dim() != 4 or t.shape[1] == 1 or t.shape[2] == 1:
+            strides = strides_of(t)
+            if strides is None or _same_strides(t, strides):
                 return None
-            row = t.stride(2)
-            strides = (t.stride(0), row, t.shape[1] * row, t.stride(3))
             out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
             if out[name] is None:
                 return None
             out["_token_by_token"] = out.get("_token_by_token", False) or _self_overlapping(out[name])
         return out
     return call
+
+
+def _head_major(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
+    """A [pages, page_size, H, D] cache addressed as [pages, H, page_size, D] (HND for NHD): row (offset, head)
+    of a page written at row head * page_size + offset of the cache's own rows."""
+    def strides(t: torch.Tensor) -> tuple[int, ...] | None:
+        if t.dim() != 4 or t.shape[1] == 1 or t.shape[2] == 1:
+            return None
+        return t.stride(0), t.stride(2), t.shape[1] * t.stride(2), t.stride(3)
+    return _caches_misread(names, strides)
 
 
 def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Callable[[Built], dict | None]:
     """Caches written as if contiguous; outer_only: only the outermost stride (a page's, or a 3-D cache's
     slot's) taken from the shape, the others the tensor's own (a block stride hard-coded as page_size x H x D)."""
-    def call(b: Built) -> dict | None:
-        out = {**b.call(), "_after": []}
-        for name in names:
-            t = getattr(b, name)
-            strides = _contiguous_strides(t.shape)
-            if outer_only:
-                strides = (strides[0], *t.stride()[1:])
-            if _same_strides(t, strides):
-                return None
-            out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
-            if out[name] is None:
-                return None
-            out["_token_by_token"] = out.get("_token_by_token", False) or _self_overlapping(out[name])
-        return out
-    return call
+    def strides(t: torch.Tensor) -> tuple[int, ...]:
+        contiguous = _contiguous_strides(t.shape)
+        return (contiguous[0], *t.stride()[1:]) if outer_only else contiguous
+    return _caches_misread(names, strides)
 
 
 def _token_rows(call: dict) -> dict[str, torch.Tensor]:
@@ -630,6 +629,11 @@ class _Written:
     tokens: list[int]
     actual: torch.Tensor  # [n, H, D] uint8
 
+    @staticmethod
+    def of(rows: _Rows, slots: list[int]) -> _Written:
+        """The rows of these slots (each with one writer): their tokens and actual bytes."""
+        return _Written(rows, [rows.writers[s][0] for s in slots], torch.stack([rows.row(rows.act, s) for s in slots]))
+
     def fits(self, predicted: torch.Tensor | list[torch.Tensor]) -> bool:
         """Whether the actual rows equal the prediction (or one of a list, byte by byte)."""
         options = predicted if isinstance(predicted, list) else [predicted]
@@ -706,7 +710,7 @@ def value_keys_fitting(case: Case, expected: Built, actual: Built, before: dict[
         single = [s for s in rows.writers if len(rows.writers[s]) == 1]
         if not single:
             continue
-        w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
+        w = _Written.of(rows, single)
         seen: dict[str, bool] = {}
         for key, model in _value_models(w, case.recipe, case):
             if key in keys and not seen.get(key):
@@ -781,7 +785,7 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if any(len(rows.writers[s]) > 1 for s in bad):
             return []
         single = [s for s in rows.writers if len(rows.writers[s]) == 1]
-        w = _Written(rows, [rows.writers[s][0] for s in single], torch.stack([rows.row(rows.act, s) for s in single]))
+        w = _Written.of(rows, single)
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         old = torch.stack([rows.row(rows.before, s) for s in single])
         kept = (w.actual == old)[e != w.actual]
@@ -805,9 +809,9 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if not found:
             return []
         kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
-        where = ", ".join(f"{n} {k}" for k, n in byte_kinds(e[e != w.actual], case.cache_format).most_common())
         effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale; the differing bytes' "
-                              f"values: {where}", value=True, alternatives=found[1:]))
+                              f"values: {kinds_text(e[e != w.actual], case.cache_format)}", value=True,
+                              alternatives=found[1:]))
     return effects
 
 
@@ -821,39 +825,42 @@ def _unwritten(case: Case, expected: Built, actual: Built, before: dict[str, tor
     return True
 
 
-#: Mantissa bits of each cache format (e4m3 and e4m3fnuz: 3, e5m2: 2), to say which kind of value a byte holds.
-_MANTISSA = {"fp8_e4m3": 3, "fp8_e4m3fnuz": 3, "fp8_e5m2": 2}
-
-
 def byte_kinds(e: torch.Tensor, cache_format: str) -> Counter:
     """How many of these expected bytes are ±0, subnormal, normal, the largest finite magnitude, or NaN/inf:
     where in the format a residual lies (subnormal results only, say, is a subnormal rule gone wrong)."""
-    m = _MANTISSA.get(cache_format, 3)
-    mag = (e.to(torch.int64) & 0x7F)
-    exp = mag >> m
-    top = _finite_bytes(CACHE_FORMATS[cache_format]) - 1 if cache_format in CACHE_FORMATS else 0x7E
-    kinds: Counter = Counter()
-    nan = 0x80 if cache_format == "fp8_e4m3fnuz" else None  # fnuz's one NaN, its "-0"
-    for raw, b, x in zip(e.tolist(), mag.tolist(), exp.tolist()):
-        kinds["NaN/inf" if raw == nan else "±0" if b == 0 else "subnormal" if x == 0 else "largest" if b == top
-              else "NaN/inf" if b > top else "normal"] += 1
-    return kinds
+    fmt = CACHE_FORMATS[cache_format]
+    e = e.to(torch.int64)
+    mag = e & 0x7F
+    top = _finite_bytes(fmt) - 1
+    nan = (e == 0x80) if cache_format == "fp8_e4m3fnuz" else torch.zeros_like(e, dtype=torch.bool)  # fnuz's "-0"
+    zero = (mag == 0) & ~nan
+    sub = (mag >> fmt.mantissa_bits == 0) & ~zero & ~nan
+    largest = mag == top
+    beyond = nan | (mag > top)
+    kinds = {"±0": zero, "subnormal": sub, "largest": largest, "NaN/inf": beyond,
+             "normal": ~(zero | sub | largest | beyond)}
+    return Counter({kind: int(mask.sum()) for kind, mask in kinds.items() if mask.any()})
+
+
+def kinds_text(e: torch.Tensor, cache_format: str) -> str:
+    """byte_kinds in words, commonest first: '14 subnormal, 2 normal'."""
+    return ", ".join(f"{n} {kind}" for kind, n in byte_kinds(e, cache_format).most_common())
 
 
 def summary(expected: Built, actual: Built) -> str:
     """The commonest (expected -> actual) byte pairs of a diff nothing explains, and which kinds of value the
     expected bytes are."""
     pairs: Counter = Counter()
-    kinds: Counter = Counter()
     total = 0
+    differing = []
     for which in CACHES:
         e, a = expected.buffers[which].cpu(), actual.buffers[which].cpu()
         d = e != a
         total += int(d.sum())
         pairs.update(zip(e[d].tolist()[:4096], a[d].tolist()[:4096]))
-        kinds.update(byte_kinds(e[d][:4096], expected.case.cache_format))
+        differing.append(e[d][:4096])
     top = ", ".join(f"0x{x:02X}->0x{y:02X} x{n}" for (x, y), n in pairs.most_common(5))
-    where = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    where = kinds_text(torch.cat(differing), expected.case.cache_format)
     return f"{total} bytes differ; commonest (expected->actual): {top}; expected values: {where}"
 
 

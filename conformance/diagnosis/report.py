@@ -20,7 +20,14 @@ from typing import Any
 from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, Finding
-from conformance.diagnosis.diagnose import VALUE_CLASSES, class_of, same_effect, trigger_of, trigger_set
+from conformance.diagnosis.diagnose import (
+    VALUE_CLASSES,
+    class_of,
+    keyed_by_values,
+    same_effect,
+    trigger_of,
+    trigger_set,
+)
 from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
 from strategies.case import Case
@@ -384,14 +391,9 @@ def _merge_narrower(groups: Groups) -> None:
     """One effect under two triggers, one inside the other (E@uint8 and E@uint8+int32): one defect, under
     the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
     symptom, not from the cause."""
-    def by_values(key: str) -> bool:  # a placement effect keyed by value dimensions alone (diagnose.narrowest)
-        trig = trigger_set(key)
-        return class_of(key) not in VALUE_CLASSES and same_effect(key) != "unexplained" and bool(trig) and all(
-            BY_NAME.get(t) is not None and BY_NAME[t].value for t in trig)
-
     for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and same_effect(k) == same_effect(key)
-                    and (trigger_set(k) < trigger_set(key) or (by_values(key) and not by_values(k)))]
+                    and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k)))]
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
             _move(groups, key, lambda _n, _f, host=host: (host, None))
