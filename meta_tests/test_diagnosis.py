@@ -7,6 +7,8 @@ The whole-report check over a corpus of one-defect kernels is meta_tests/test_de
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -872,7 +874,7 @@ _ZEROS = tuple(Override("k", i, 0x80000000 if i % 2 else 0, "zero") for i in ran
 
 
 @pytest.mark.parametrize("fn, changes, key", [
-    (_head_major, {}, "strides:cache-head-major@plain"),
+    (_head_major, {}, "strides:cache-head-major@heads-above:1"),
     (_compacted_padding, {"cache_loc": (-1, 5, 0)}, "padding:slots-compacted@padding"),
     (_fp32_as_bf16, {"input_dtype": "float32"}, "input-misread:bfloat16@input-float32"),
     (_fp32_as_bf16, {"input_dtype": "float32", "overrides": _ZEROS}, "input-misread:bfloat16@input-float32"),
@@ -941,3 +943,106 @@ def test_a_raise_joins_the_one_unexplained_diff_of_its_exact_trigger() -> None:
     groups = {wrong: [("a", Finding("wrong-slot", wrong, "wrong"))], other: [("b", Finding("raises", other, "r"))]}
     _merge_raises(groups)
     assert sorted(groups) == sorted([wrong, other])
+
+
+def _heads_reversed(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                    recipe="unfused", checked=False):
+    """Head h of each token written where head H-1-h belongs (a head index counted from the wrong end)."""
+    k, v = (x.flip(-2) if x.dim() == 3 else x for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _dims_deinterleaved(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """Each head's even dims first, then its odd ones (a rotary-style lane order where none belongs)."""
+    def order(x):
+        d = x.shape[-1]
+        return x if x.dim() != 3 else x[..., [2 * i if i < d // 2 else 2 * (i - d // 2) + 1 for i in range(d)]]
+    _reference(order(k), order(v), k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def _slot_plus_one(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """Each token written one slot past its own (an index off by one), the last slot's token skipped."""
+    n = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
+    loc = torch.where((cache_loc >= 0) & (cache_loc < n - 1), cache_loc + 1, torch.full_like(cache_loc, -1))
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _tokens_reversed(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                     *, recipe="unfused", checked=False):
+    """Token t's bytes at token T-1-t's slot (the batch read from the wrong end)."""
+    _reference(k.flip(0), v.flip(0), k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+@pytest.mark.parametrize(("fn", "key", "words"), [
+    (_heads_reversed, "strides:heads-permuted@heads-above:1", "heads in reverse order"),
+    (_dims_deinterleaved, "strides:dims-permuted@plain", "even dims first, then odd ones"),
+    (_slot_plus_one, "wrong-slot:tokens-moved@plain", "1 slot past its own"),
+    (_tokens_reversed, "wrong-slot:tokens-moved@many-tokens", "token 0 at token 2's slot"),
+])
+def test_the_references_own_bytes_in_other_places_are_one_moved_defect(fn, key, words) -> None:
+    """Bytes that are all the reference's, moved (heads or dims in another order, tokens at other slots), are
+    one defect that says how they moved, whatever symptom classes the moved values fall into."""
+    found = Diagnoser(_impl(fn), CPU).diagnose(_case())
+    assert [f.key for f in found] == [key]
+    assert words in found[0].facts["detail"], found[0].facts["detail"]
+
+
+def test_a_raise_on_a_layout_is_the_defect_that_misreads_that_argument() -> None:
+    """`loc.view(torch.int32)` reads a contiguous int64 cache_loc's words as slots and raises on a strided one:
+    the raise, triggered by cache_loc's layout alone, joins the one defect that misreads cache_loc."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_misread_raise
+    raised = Finding("raises", "raises:RuntimeError@strided-loc", "raises RuntimeError")
+    other = Finding("raises", "raises:ValueError@strided-input", "raises ValueError")
+    groups = {"wrong-slot:loc-int32-words@plain": [("a", Finding("wrong-slot", "wrong-slot:loc-int32-words@plain",
+                                                                 "reads words"))],
+              raised.key: [("b", raised)], other.key: [("c", other)]}
+    _merge_misread_raise(groups)
+    assert sorted(groups) == [other.key, "wrong-slot:loc-int32-words@plain"], sorted(groups)
+    assert raised.facts["symptom_of"] == "wrong-slot:loc-int32-words@plain"
+
+
+def _written_bytes(cache: torch.Tensor, cache_loc: torch.Tensor, page_size: int) -> Iterator[torch.Tensor]:
+    """Each in-range slot's row of a cache, as uint8 (a view to rewrite)."""
+    rows = cache.view(torch.uint8)
+    n = rows.shape[0] * (page_size if rows.dim() == 4 else 1)
+    for s in cache_loc.tolist():
+        if 0 <= s < n:
+            yield rows[s // page_size, s % page_size] if rows.dim() == 4 else rows[s]
+
+
+def _subnormal_sign_dropped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True, *, recipe="unfused", checked=False):
+    """An encoder whose subnormal branch forgets the sign: -subnormal results written positive."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for cache in (k_cache, v_cache):
+        for row in _written_bytes(cache, cache_loc, page_size):
+            negative_subnormal = ((row & 0x78) == 0) & ((row & 0x07) != 0) & ((row & 0x80) != 0)
+            row.copy_(torch.where(negative_subnormal, row & 0x7F, row))
+
+
+def _head0_scaled(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                  recipe="unfused", checked=False):
+    """One scale read as a per-head vector padded with 1.0: heads past the first written unscaled."""
+    unscaled = [k_cache.clone(), v_cache.clone()]
+    _reference(k, v, *unscaled, cache_loc, None, None, page_size, recipe=recipe, checked=checked)
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for cache, other in zip((k_cache, v_cache), unscaled):
+        for row, plain in zip(_written_bytes(cache, cache_loc, page_size), _written_bytes(other, cache_loc, page_size)):
+            row[1:] = plain[1:]
+
+
+@pytest.mark.parametrize(("fn", "key", "words"), [
+    (_subnormal_sign_dropped, "sign:dropped@any", "subnormal"),
+    (_head0_scaled, "scale:ignored@any", "only on heads 1 (heads 0 right)"),
+])
+def test_a_value_rule_on_some_bytes_alone_is_named_with_them(fn, key, words) -> None:
+    """A sign bit lost on one kind of value, or a rule applied to some heads alone: one defect, its detail saying
+    which values or heads."""
+    found = Diagnoser(_impl(fn), CPU).diagnose(_case())
+    assert [f.key for f in found] == [key]
+    assert words in found[0].facts["detail"], found[0].facts["detail"]

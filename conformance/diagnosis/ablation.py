@@ -366,7 +366,7 @@ def _size_rules(attr: str) -> list[SizeRule]:
             *(SizeRule(f"{attr}-below:{m}", attr, f"only when {n} is below {m}", lambda x, m=m: x < m)
               for m in (64, 32, 16, 8, 4, 2)),
             *(SizeRule(f"{attr}-above:{m}", attr, f"only when {n} is above {m}", lambda x, m=m: x > m)
-              for m in (4, 8, 16, 32, 64, 128))]
+              for m in (4, 8, 16, 32, 64, 128, 1))]  # above 1 last: only H probes 1 (heads in the wrong order)
 
 
 SIZE_RULES = {r.name: r for attr in SIZE_PROBES for r in _size_rules(attr)}

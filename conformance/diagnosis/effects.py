@@ -109,6 +109,9 @@ TITLES = {
                         "saturate)",
     "encoding:nan-lost": "writes a finite byte where the recipe gives NaN",
     "encoding:overflow-sign": "saturates with the wrong sign (±448 of the other sign: the sign lost on overflow)",
+    "sign:dropped": "writes negative results with a positive sign (the sign bit lost, for the kinds of value "
+                    "named)",
+    "sign:added": "writes positive results with a negative sign (the sign bit set, for the kinds of value named)",
     "zero-sign:plus": "writes +0 (0x00) for -0 (drops the sign of zero)",
     "zero-sign:minus": "writes -0 (0x80) for +0",
     "wrong-slot:unwritten": "leaves slots that tokens name unwritten",
@@ -117,6 +120,10 @@ TITLES = {
     "wrong-slot:loc-int32-words": "reads an int64 cache_loc as int32 words (token t gets the t-th 32-bit word: "
                                   "slots and their zero high halves in turn)",
     "wrong-bytes:unexplained": "writes wrong bytes that no recipe, scale, rounding or encoding rule explains",
+    "strides:heads-permuted": "writes a token's heads in the wrong order (each head's bytes under another head)",
+    "strides:dims-permuted": "writes each head's dims in the wrong order (each dim's byte under another dim)",
+    "wrong-slot:tokens-moved": "writes whole tokens at wrong slots (each token's own bytes, at a slot computed "
+                               "wrongly)",
     "wrong-slot:unexplained": "writes bytes in the wrong places, in a way no misread argument explains",
 }
 
@@ -769,6 +776,32 @@ def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3"
     return bool((~differ | (same_sign & finite & step)).all())
 
 
+def _sign_only(e: torch.Tensor, a: torch.Tensor) -> str | None:
+    """sign:dropped (or sign:added) when every differing byte differs from the recipe's in its sign bit alone,
+    all one way: a sign lost (or set) by an encoder branch, for the kinds of value the detail names."""
+    differ = e != a
+    if not differ.any() or bool((((e ^ a) != 0x80) & differ).any()):
+        return None
+    negative = (e[differ] & 0x80) != 0
+    return "sign:dropped" if bool(negative.all()) else "sign:added" if not bool(negative.any()) else None
+
+
+def _on_some_heads(w: _Written, e: torch.Tensor, held: str, case: Case) -> tuple[str, str] | None:
+    """A value model that gives every byte of the heads that are wrong, where the others are right: (key, which
+    heads) for a rule applied to some heads alone (a per-head scale vector read where one scale is given)."""
+    heads = w.actual.shape[1]
+    wrong = [h for h in range(heads) if bool((e[:, h] != w.actual[:, h]).any())]
+    if heads < 2 or len(wrong) in (0, heads):
+        return None
+    for key, model in _value_models(w, held, case):
+        predicted = model()
+        options = predicted if isinstance(predicted, list) else [predicted]
+        if any(bool((p[w.tokens][:, wrong] == w.actual[:, wrong]).all()) for p in options):
+            right = [h for h in range(heads) if h not in wrong]
+            return key, f"only on heads {', '.join(map(str, wrong))} (heads {', '.join(map(str, right))} right)"
+    return None
+
+
 def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> list[Effect]:
     """Value effects, one per differing cache, when only written slots differ; [] otherwise."""
     held = case.recipe
@@ -806,13 +839,144 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
             # ulps before the cast is within one e4m3 ulp after it), so that a kernel off by up to one ulp is one
             # defect whichever Case showed it, and what remains when re-drawn values refute the narrower one.
             found.append("off-by-one-ulp")
+        heads = None if found else _on_some_heads(w, e, held, case)
+        if heads is not None:
+            found = [heads[0]]
+        sign = None if found else _sign_only(e, w.actual)
+        if sign is not None:
+            found = [sign]
         if not found:
             return []
         kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
-        effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale; the differing bytes' "
-                              f"values: {kinds_text(e[e != w.actual], case.cache_format)}", value=True,
+        where = f"{heads[1]}; " if heads is not None else ""
+        effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale; {where}the differing "
+                              f"bytes' values: {kinds_text(e[e != w.actual], case.cache_format)}", value=True,
                               alternatives=found[1:]))
     return effects
+
+
+# -- moved models: the reference's own bytes, every one of them, in other places -----------------------
+
+#: The most bytes a moved model compares (a minimal Case is small; a whole big call is not read this way).
+MOVED_MAX_BYTES = 1 << 20
+
+
+def _permutation(e: torch.Tensor, a: torch.Tensor) -> list[int] | None:
+    """pi with a[i] == e[pi[i]] for each i along dim 0 (pi[i] = i where a[i] is right), when that is not the
+    identity; None where some wrong a[i] equals none of e's, or several (rows too alike to tell which moved)."""
+    n = e.shape[0]
+    e2, a2 = e.reshape(n, -1), a.reshape(n, -1)
+    if n < 2 or e2.shape[1] < 2:
+        return None
+    pi = []
+    for i in range(n):
+        if torch.equal(a2[i], e2[i]):
+            pi.append(i)
+            continue
+        hits = (e2 == a2[i]).all(1).nonzero().flatten().tolist()
+        if len(hits) != 1:
+            return None
+        pi.append(hits[0])
+    return None if pi == list(range(n)) else pi
+
+
+def _mapping_words(pi: list[int], what: str) -> str:
+    """A permutation in words: reversed, rotated, halves swapped, interleaved, or its first moves."""
+    n = len(pi)
+    if pi == list(range(n))[::-1]:
+        return f"{what}s in reverse order ({what} i holds {what} {n - 1}-i)"
+    for k in range(1, n):
+        if pi == [(i + k) % n for i in range(n)]:
+            return f"{what} i holds {what} i+{k} (mod {n})"
+    if n % 2 == 0:
+        half = n // 2
+        if pi == [2 * i if i < half else 2 * (i - half) + 1 for i in range(n)]:
+            return f"even {what}s first, then odd ones (de-interleaved)"
+        if pi == [i // 2 + (i % 2) * half for i in range(n)]:
+            return f"the two halves' {what}s interleaved"
+    moves = [f"{what} {i} holds {what} {j}" for i, j in enumerate(pi) if i != j]
+    return ", ".join(moves[:4]) + (f" (and {len(moves) - 4} more)" if len(moves) > 4 else "")
+
+
+def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> Effect | None:
+    """Heads or dims permuted within each written slot: every written row holds the reference's bytes of its own
+    token, with one permutation of its heads (or of each head's dims) for all tokens of a cache (a head index
+    or a vector store's lanes computed wrongly)."""
+    for axis, what, key in ((1, "head", "strides:heads-permuted"), (2, "dim", "strides:dims-permuted")):
+        words = []
+        for which in CACHES:
+            exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
+            diff = exp != act
+            if not diff.any():
+                continue
+            if (diff & ~written_mask(case, which)).any() or exp.numel() > MOVED_MAX_BYTES:
+                return None
+            rows = _Rows(case, which, expected, actual, before)
+            single = [s for s in rows.writers if len(rows.writers[s]) == 1]
+            if not single or any(len(rows.writers[s]) > 1 and diff[rows.index[s]].any() for s in rows.writers):
+                return None
+            e = torch.stack([rows.row(rows.exp, s) for s in single]).movedim(axis, 0)
+            a = torch.stack([rows.row(rows.act, s) for s in single]).movedim(axis, 0)
+            pi = _permutation(e, a)
+            if pi is None:
+                words = []
+                break
+            words.append(f"{which}: {_mapping_words(pi, what)}")
+        if words:
+            return Effect(key, TITLES[key], "; ".join(words))
+    return None
+
+
+def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> Effect | None:
+    """Whole tokens at other slots: every slot whose bytes are wrong holds its old bytes (left unwritten) or
+    exactly one token's reference bytes, and at least one holds a token's bytes somewhere else than that
+    token's slot (a slot index computed wrongly: off by one, another token's, another page's)."""
+    moves: list[tuple[int, int]] = []  # (token, slot it landed at)
+    for which in CACHES:
+        exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
+        if torch.equal(exp, act):
+            continue
+        if exp.numel() > MOVED_MAX_BYTES:
+            return None
+        rows = _Rows(case, which, expected, actual, before)
+        outside = exp != act
+        outside[rows.index.flatten()] = False
+        if outside.any():  # bytes changed outside every slot (between pages, past the view): not whole tokens
+            return None
+        try:
+            own = rows.q(case.recipe)
+        except Exception:  # a scale kind the per-tensor model cannot quantize: not this model
+            return None
+        ref = own.clone()
+        for s, ts in rows.writers.items():  # the reference's own bytes of each written token
+            if len(ts) == 1:
+                ref[ts[0]] = rows.row(rows.exp, s)
+        for s in range(case.num_slots):
+            got = rows.row(rows.act, s)
+            if torch.equal(got, rows.row(rows.exp, s)):
+                continue
+            if s in rows.writers and any(torch.equal(got, ref[t]) for t in rows.writers[s]):
+                continue  # a shared slot may hold any of its tokens' bytes
+            if torch.equal(got, rows.row(rows.before, s)):
+                continue  # left unwritten
+            hits = (ref.flatten(1) == got.flatten()).all(1).nonzero().flatten().tolist()
+            if len(hits) != 1:
+                return None
+            moves.append((hits[0], s))
+    if not moves:
+        return None
+    offsets = {s - case.cache_loc[t] for t, s in moves}
+    if len(offsets) == 1 and all(0 <= case.cache_loc[t] < case.num_slots for t, _ in moves):
+        k = offsets.pop()
+        detail = f"each moved token {abs(k)} slot{'s' if abs(k) != 1 else ''} {'past' if k > 0 else 'before'} its own"
+    else:
+        named = {s: t for t, s in enumerate(case.cache_loc)}
+        if all(s in named for _, s in moves):
+            detail = "tokens at other tokens' slots: " + ", ".join(
+                f"token {t} at token {named[s]}'s slot" for t, s in sorted(set(moves))[:4])
+        else:
+            detail = ", ".join(f"token {t} (slot {case.cache_loc[t]}) at slot {s}" for t, s in sorted(set(moves))[:4])
+    return Effect("wrong-slot:tokens-moved", TITLES["wrong-slot:tokens-moved"], detail)
 
 
 def _unwritten(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> bool:
@@ -878,6 +1042,9 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         return values
     if _unwritten(case, expected, actual, before):
         return [Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"])]
+    moved = _within_rows(case, expected, actual, before) or _tokens_moved(case, expected, actual, before)
+    if moved is not None:  # after the value models: a permutation of few bytes can fit a value defect by chance
+        return [moved]
     outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
                   for w in CACHES)
     key = "wrong-slot:unexplained" if outside else "wrong-bytes:unexplained"

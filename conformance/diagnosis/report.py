@@ -287,6 +287,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_explained(groups)
     _merge_wider(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
+    _merge_misread_raise(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
     _attribute_graph(groups)
@@ -646,6 +647,32 @@ def _merge_raises(groups: Groups) -> None:
                     and trigger_set(k) == trigger_set(key)]
         if len(best) == 1:
             _move(groups, key, lambda _n, _f, host=best[0]: (host, ""))
+
+
+#: Layout triggers of one argument, and the effects that reinterpret that argument's memory.
+MISREAD_BY_LAYOUT = (
+    (frozenset({"strided-loc"}), ("strides:cache-loc-ignored", "wrong-slot:loc-int32-words")),
+    (frozenset({"strided-input", "input-layouts-differ"}),
+     ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input", "input-misread:")),
+    (frozenset({"strided-cache", "cache-layouts-differ"}),
+     ("strides:cache-ignored", "strides:other-cache", "strides:cache-head-major", "strides:cache-page-stride")),
+)
+
+
+def _merge_misread_raise(groups: Groups) -> None:
+    """A kernel that reinterprets an argument's memory (`loc.view(torch.int32)`, a flat pointer over a tensor
+    it takes to be contiguous) misreads that argument where the view is possible and raises where it is not
+    (a strided tensor): a raise triggered by that argument's layout alone is a symptom of the run's one
+    defect that misreads the same argument."""
+    for key in [k for k in groups if class_of(k) in ("raises", "crash") and trigger_set(k)]:
+        for layouts, effects in MISREAD_BY_LAYOUT:
+            if not trigger_set(key) <= layouts:
+                continue
+            hosts = [k for k in groups if k != key and same_effect(k).startswith(effects)]
+            if len(hosts) == 1:
+                _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (where that argument's layout cannot be "
+                                                                          "reinterpreted)"))
+            break
 
 
 def _merge_wrong_bound(groups: Groups) -> None:
