@@ -557,7 +557,8 @@ def test_a_wrong_number_of_slots_is_told_from_a_tile_tail() -> None:
     case = _case(num_tokens=3, num_pages=3, page_size=16, num_heads=2, cache_loc=(5, 0, 9))
     assert [f.key for f in Diagnoser(_impl(_bound_heads), CPU).diagnose(case)] == ["out-of-range:wrong-bound@plain"]
     tail = _case(num_tokens=7, num_pages=3, page_size=16, num_heads=2, cache_loc=(0, 1, 2, 3, 40, 7, 8))
-    assert [f.key for f in Diagnoser(_impl(_tile_tail), CPU).diagnose(tail)] == ["wrong-slot:unwritten@plain"]
+    keys = [f.key for f in Diagnoser(_impl(_tile_tail), CPU).diagnose(tail)]
+    assert keys == ["wrong-slot:unwritten@tokens-not-multiple:4"]  # and T's rule named
 
 
 def _scale_in_fp16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
@@ -1046,3 +1047,39 @@ def test_a_value_rule_on_some_bytes_alone_is_named_with_them(fn, key, words) -> 
     found = Diagnoser(_impl(fn), CPU).diagnose(_case())
     assert [f.key for f in found] == [key]
     assert words in found[0].facts["detail"], found[0].facts["detail"]
+
+
+def _v_cache_from_storage_start(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                use_triton=True, *, recipe="unfused", checked=False):
+    """value_cache addressed from its storage's start (a storage pointer taken for the view's)."""
+    v_cache = torch.as_strided(v_cache, v_cache.shape, v_cache.stride(), 0)
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _k_from_storage_start(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                          use_triton=True, *, recipe="unfused", checked=False):
+    """key read from its storage's start."""
+    k = torch.as_strided(k, k.shape, k.stride(), 0)
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize(("fn", "detail"), [(_v_cache_from_storage_start, "v_cache"), (_k_from_storage_start, "k")])
+def test_a_tensor_addressed_from_its_storage_start_is_one_offset_defect(fn, detail) -> None:
+    """Every tensor the suite builds sits past a guard band: a dropped storage offset shows on every call, as
+    writes before the cache view (or reads of the poison before an input) and slots left unwritten."""
+    found = Diagnoser(_impl(fn), CPU).diagnose(_case())
+    assert [(f.key, f.facts["detail"]) for f in found] == [("strides:offset-ignored@plain", detail)]
+
+
+def _tokens_in_fours(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                     recipe="unfused", checked=False):
+    """A grid of T // 4 blocks of four tokens (a floor where a ceiling belongs): the last T % 4 tokens unwritten."""
+    loc = cache_loc.clone()
+    loc[k.shape[0] // 4 * 4:] = -1
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_failure_that_needs_some_numbers_of_tokens_is_named_by_t() -> None:
+    """Probing other numbers of tokens names T's rule, as H's and D's are named (T = 4 and 8 are right)."""
+    keys = [f.key for f in Diagnoser(_impl(_tokens_in_fours), CPU).diagnose(_case())]
+    assert keys == ["wrong-slot:unwritten@tokens-not-multiple:4"]

@@ -332,8 +332,9 @@ BY_NAME = {a.name: a for a in ABLATIONS}
 
 #: The sizes a minimal Case's H or D is replayed at.
 SIZE_PROBES = {"heads": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
-               "dim": (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)}
-_LETTER = {"heads": "H", "dim": "D"}
+               "dim": (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256),
+               "tokens": (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)}
+_LETTER = {"heads": "H", "dim": "D", "tokens": "T"}
 
 
 @dataclass(frozen=True)
@@ -350,8 +351,8 @@ class SizeRule:
 
 
 def size_of(case: Case, attr: str) -> int:
-    """The Case's H (attr "heads") or D ("dim")."""
-    return case.num_heads if attr == "heads" else case.head_dim
+    """The Case's H (attr "heads"), D ("dim") or T ("tokens")."""
+    return {"heads": case.num_heads, "dim": case.head_dim, "tokens": case.num_tokens}[attr]
 
 
 def _size_rules(attr: str) -> list[SizeRule]:
@@ -372,8 +373,28 @@ def _size_rules(attr: str) -> list[SizeRule]:
 SIZE_RULES = {r.name: r for attr in SIZE_PROBES for r in _size_rules(attr)}
 
 
-def resized(case: Case, attr: str, n: int) -> Case:
-    """The Case with H (attr "heads") or D ("dim") set to n; overrides keep their place where it is left."""
+def _with_tokens(case: Case, n: int, last: bool = False) -> Case:
+    """The Case's first n tokens (last: its last n), their slots and overrides; or all of them and more, each
+    added token at the first slot of a page of its own past the cache's (so that no page fills up, which a
+    defect of partly written pages would need)."""
+    per = case.num_heads * case.head_dim
+    start = max(case.num_tokens - n, 0) if last else 0
+    kept = list(case.cache_loc[start:start + n])
+    added = max(n - case.num_tokens, 0)
+    pages = case.num_pages + added
+    old, new = case.num_slots, pages * case.page_size
+    locs = (*(_still_out(s, old, new) for s in kept),
+            *((case.num_pages + i) * case.page_size for i in range(added)))
+    overrides = tuple(Override(o.tensor, o.index - start * per, o.bits, o.label) for o in case.overrides
+                      if start * per <= o.index < (start + n) * per)
+    return case.replace(num_tokens=n, num_pages=pages, cache_loc=locs, overrides=overrides)
+
+
+def resized(case: Case, attr: str, n: int, from_end: bool = False) -> Case:
+    """The Case with H (attr "heads"), D ("dim") or T ("tokens") set to n; overrides keep their place where it
+    is left. Fewer tokens are the first n, or with from_end the last n."""
+    if attr == "tokens":
+        return _with_tokens(case, n, from_end)
     return _reshaped(case, n, case.head_dim) if attr == "heads" else _reshaped(case, case.num_heads, n)
 
 

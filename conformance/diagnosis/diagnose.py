@@ -227,14 +227,13 @@ class Diagnoser:
         return None if r.error else bool(r.symptoms)
 
     def _sized(self, case: Case, symptom: str, trigger: list[str]) -> list[str]:
-        """H or D named by what the failure needs of it. Where the trigger is H or D not a power of two, or
-        nothing, the Case is replayed at other sizes (ablation.SIZE_PROBES; a size that passes, once more with
-        other values, so that a value defect's few elements do not pass by chance), and the first rule every
-        outcome follows (not a power of two, not a multiple of m, below or above m) names that dimension of the
-        trigger. From nothing, the rule must hold again on a cache of more pages: a bound read from H (pages x
+        """H, D or T named by what the failure needs of it. Where the trigger is H or D not a power of two, more
+        than one token, or nothing, the Case is replayed at other sizes (ablation.SIZE_PROBES; a size that
+        passes, once more with other values, so that a value defect's few elements do not pass by chance), and
+        the first rule every outcome follows (not a power of two, not a multiple of m, below or above m) names
+        that dimension of the trigger. From nothing, the rule must hold again on a cache of more pages: a bound read from H (pages x
         H) moves with H on one Case, and not as a rule of H."""
-        for attr in ("dim", "heads"):
-            pow2 = f"{attr}-not-pow2"
+        for attr, pow2 in (("dim", "dim-not-pow2"), ("heads", "heads-not-pow2"), ("tokens", "many-tokens")):
             if trigger and pow2 not in trigger:
                 continue
             rule = self._size_rule(case, symptom, attr)
@@ -242,7 +241,7 @@ class Diagnoser:
                 more = case.replace(num_pages=2 * case.num_pages + 1)
                 again = self._size_rule(more, symptom, attr)
                 rule = rule if again is not None and again.name == rule.name else None
-            if rule is not None:
+            if rule is not None and rule.name != "tokens-above:1":  # that is many-tokens already
                 trigger = [rule.name if t == pow2 else t for t in trigger] if pow2 in trigger else [rule.name]
         return trigger
 
@@ -254,6 +253,11 @@ class Diagnoser:
             failed = None if n == own else self._fails_alike(variant, symptom)
             if failed is False:
                 failed = self._fails_alike(variant.replace(seed=(case.seed + 7919) % 2**31), symptom)
+            if attr == "tokens" and n < own and failed is not None:
+                # fewer tokens: the first n and the last n must agree, or the outcome is which tokens were
+                # kept (the one that shows the defect), not how many
+                again = self._fails_alike(resized(case, attr, n, from_end=True), symptom)
+                failed = failed if again == failed else None
             if failed is not None:
                 outcomes[n] = failed
         return fitting_rule(attr, outcomes)

@@ -88,6 +88,8 @@ TITLES = {
                                 "head-major, HND, page for an NHD one)",
     "strides:cache-page-stride": "addresses a cache's pages (or slots) with a stride computed from its shape, not "
                                  "the tensor's own (its other strides honoured)",
+    "strides:offset-ignored": "addresses a tensor from its storage's start, not the view's (its storage offset "
+                              "dropped)",
     "kv-mixed:caches-swapped": "writes K into value_cache and V into key_cache (the caches swapped)",
     "kv-mixed:inputs-swapped": "quantizes V into key_cache and K into value_cache, each with its cache's scale (the "
                                "inputs swapped)",
@@ -292,6 +294,24 @@ def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Calla
     return _caches_misread(names, strides)
 
 
+def _offset_ignored(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
+    """Tensors addressed from their storage's start, their strides kept: a kernel that takes the storage's
+    pointer (`storage().data_ptr()`, `as_strided(..., 0)`) for the view's drops its storage offset. Every
+    tensor the suite builds sits past a guard band, so this shows on every call."""
+    def call(b: Built) -> dict | None:
+        out = {**b.call(), "_after": []}
+        for name in names:
+            t = getattr(b, name)
+            if t.storage_offset() == 0:
+                return None
+            after = out["_after"] if name in CACHES else None
+            out[name] = _restrided(t, b.buffers[name], tuple(t.stride()), 0, after)
+            if out[name] is None:
+                return None
+        return out
+    return call
+
+
 def _token_rows(call: dict) -> dict[str, torch.Tensor]:
     """Each token's reference bytes [T, H, D] for both caches, from scratch caches of one slot a token."""
     tokens = call["cache_loc"].shape[0]
@@ -443,6 +463,12 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:cache-page-stride", "both caches", _cache_contiguous(("k_cache", "v_cache"), outer_only=True)),
     ("strides:cache-page-stride", "k_cache", _cache_contiguous(("k_cache",), outer_only=True)),
     ("strides:cache-page-stride", "v_cache", _cache_contiguous(("v_cache",), outer_only=True)),
+    ("strides:offset-ignored", "both caches", _offset_ignored(CACHES)),
+    ("strides:offset-ignored", "k_cache", _offset_ignored(("k_cache",))),
+    ("strides:offset-ignored", "v_cache", _offset_ignored(("v_cache",))),
+    ("strides:offset-ignored", "both inputs", _offset_ignored(("k", "v"))),
+    ("strides:offset-ignored", "k", _offset_ignored(("k",))),
+    ("strides:offset-ignored", "v", _offset_ignored(("v",))),
     ("kv-mixed:caches-swapped", "", _mixed("k", "v", "v_cache", "k_cache")),
     ("kv-mixed:inputs-swapped", "", _mixed("v", "k", "k_cache", "v_cache")),
     ("kv-mixed:k-for-v", "", _mixed("k", "k", "k_cache", "v_cache")),
