@@ -1083,3 +1083,19 @@ def test_a_failure_that_needs_some_numbers_of_tokens_is_named_by_t() -> None:
     """Probing other numbers of tokens names T's rule, as H's and D's are named (T = 4 and 8 are right)."""
     keys = [f.key for f in Diagnoser(_impl(_tokens_in_fours), CPU).diagnose(_case())]
     assert keys == ["wrong-slot:unwritten@tokens-not-multiple:4"]
+
+
+def _padding_ends_the_batch(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True, *, recipe="unfused", checked=False):
+    """Padding taken to sit only at the tail: every token after the first negative slot dropped too."""
+    valid = (cache_loc >= 0).to(torch.int64).cumprod(0).bool()
+    _reference(k, v, k_cache, v_cache, torch.where(valid, cache_loc, -1), k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_a_placement_model_a_larger_call_refutes_is_not_the_effect() -> None:
+    """On (-1, 0), int64 slots read as int32 words give (-1, -1): both tokens padding, as a kernel that drops
+    every token after the first padding gives. Two more tokens tell them apart: the words model is refuted,
+    and the effect is the slots left unwritten."""
+    found = Diagnoser(_impl(_padding_ends_the_batch), CPU).diagnose(_case(num_tokens=2, cache_loc=(-1, 0)))
+    assert [f.key for f in found] == ["wrong-slot:unwritten@padding"]

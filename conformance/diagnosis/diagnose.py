@@ -231,8 +231,8 @@ class Diagnoser:
         than one token, or nothing, the Case is replayed at other sizes (ablation.SIZE_PROBES; a size that
         passes, once more with other values, so that a value defect's few elements do not pass by chance), and
         the first rule every outcome follows (not a power of two, not a multiple of m, below or above m) names
-        that dimension of the trigger. From nothing, the rule must hold again on a cache of more pages: a bound read from H (pages x
-        H) moves with H on one Case, and not as a rule of H."""
+        that dimension of the trigger. From nothing, the rule must hold again on a cache of more pages: a bound
+        read from H (pages x H) moves with H on one Case, and not as a rule of H."""
         for attr, pow2 in (("dim", "dim-not-pow2"), ("heads", "heads-not-pow2"), ("tokens", "many-tokens")):
             if trigger and pow2 not in trigger:
                 continue
@@ -289,6 +289,7 @@ class Diagnoser:
         effects = [self._told_apart(case, e) if e.alternatives else e for e in effects]
         effects = [self._bound_confirmed(case, e, symptom, r) if e.key == "out-of-range:wrong-bound" else e
                    for e in effects]
+        effects = [self._placement_confirmed(case, e, r) if _placed(e) else e for e in effects]
         return [self._corroborated(case, e, symptom, r) for e in effects]
 
     def _bound_confirmed(self, case: Case, effect: Effect, symptom: str, replay: Replay) -> Effect:
@@ -310,6 +311,30 @@ class Diagnoser:
         key = ("wrong-slot:unwritten" if _unwritten(case, replay.expected, replay.actual, replay.before)
                else "wrong-slot:unexplained")
         return Effect(key, TITLES[key], f"{effect.detail} fit these slots, not those of a cache with more pages")
+
+    def _placement_confirmed(self, case: Case, effect: Effect, replay: Replay) -> Effect:
+        """A placement model read off a minimal Case of one or two tokens may fit it by chance: padding that
+        drops every later token reads as an int64 cache_loc's int32 words when the second word of -1 is -1
+        again. So the Case is replayed with two more tokens (each on a page of its own); where that call is
+        wrong too, the effect or an alternative must explain it, or the minimal Case is explained again
+        without the refuted ones."""
+        variant = resized(case, "tokens", case.num_tokens + 2)
+        r = self.replay(variant)
+        if r is None or r.error or not r.symptoms:
+            return effect
+        again: set[str] = set()
+        for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+            again |= {e.key, *e.alternatives}
+        keys = [k for k in [effect.key, *effect.alternatives] if k in again]
+        if keys:
+            detail = effect.detail if keys[0] == effect.key else ""
+            return Effect(keys[0], title_of(keys[0], case.recipe), detail, effect.value, keys[1:])
+        refuted = frozenset([effect.key, *effect.alternatives])
+        rest = explain(case, replay.expected, replay.actual, replay.before, self._fresh(case), exclude=refuted)
+        return rest[0] if len(rest) == 1 and not _placed(rest[0]) else Effect(
+            "wrong-slot:unexplained", TITLES["wrong-slot:unexplained"],
+            f"{summary(replay.expected, replay.actual)}; {effect.title} fit these bytes, not those of the same call "
+            "with more tokens")
 
     def _fresh(self, case: Case) -> Callable[[], Built]:
         return lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)
@@ -413,6 +438,13 @@ class Diagnoser:
         effect = Effect("big-cache:wrong-offsets", f"writes wrong bytes or slots on {what}, and not on the same "
                         "call made small (offsets computed in 32 bits?)")
         return [finding(effect, ["big-cache"], case, case.recipe)]
+
+
+def _placed(effect: Effect) -> bool:
+    """A placement effect (a misread argument, bytes moved), which a larger call confirms or refutes."""
+    return (not effect.value and class_of(effect.key) not in ("raises", "input-modified")
+            and effect.key not in ("wrong-slot:unwritten", "out-of-range:wrong-bound")
+            and not effect.key.endswith(":unexplained"))
 
 
 def narrowest(findings: list[Finding]) -> list[Finding]:

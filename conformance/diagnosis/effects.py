@@ -486,14 +486,14 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
 )
 
 
-def _placement(case: Case, actual: Built, fresh: Callable[[], Built]) -> Effect | None:
-    """The placement models whose reference bytes equal the implementation's over both caches: the first,
-    with the others as alternatives (V written with K's strides reads as V written contiguously when K's
-    cache is contiguous)."""
+def _placement(case: Case, actual: Built, fresh: Callable[[], Built], exclude: frozenset[str]) -> Effect | None:
+    """The placement models (but those excluded) whose reference bytes equal the implementation's over both
+    caches: the first, with the others as alternatives (V written with K's strides reads as V written
+    contiguously when K's cache is contiguous)."""
     act = {w: actual.buffers[w].cpu() for w in CACHES}
     fits: list[tuple[str, str]] = []
     for key, detail, model in PLACEMENT:
-        if any(k == key for k, _ in fits):
+        if key in exclude or any(k == key for k, _ in fits):
             continue
         built = fresh()
         try:
@@ -1055,12 +1055,13 @@ def summary(expected: Built, actual: Built) -> str:
 
 
 def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
-            fresh: Callable[[], Built], placement: bool = True) -> list[Effect]:
-    """The effects that account for every differing cache byte of this call ([] when none differs)."""
+            fresh: Callable[[], Built], placement: bool = True, exclude: frozenset[str] = frozenset()) -> list[Effect]:
+    """The effects that account for every differing cache byte of this call ([] when none differs); exclude:
+    placement effects a larger call refuted."""
     if all(torch.equal(expected.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES):
         return []
     if placement:  # first: an exact simulation of a misread argument, which no value rule can give by chance
-        moved = _placement(case, actual, fresh)
+        moved = _placement(case, actual, fresh, exclude)
         if moved is not None:
             return [moved]
     values = _values(case, expected, actual, before)
@@ -1068,9 +1069,10 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         return values
     if _unwritten(case, expected, actual, before):
         return [Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"])]
-    moved = _within_rows(case, expected, actual, before) or _tokens_moved(case, expected, actual, before)
-    if moved is not None:  # after the value models: a permutation of few bytes can fit a value defect by chance
-        return [moved]
+    for model in (_within_rows, _tokens_moved):  # after the value models: a permutation of few bytes can fit a
+        moved = model(case, expected, actual, before)  # value defect by chance
+        if moved is not None and moved.key not in exclude:
+            return [moved]
     outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
                   for w in CACHES)
     key = "wrong-slot:unexplained" if outside else "wrong-bytes:unexplained"
