@@ -1099,3 +1099,16 @@ def test_a_placement_model_a_larger_call_refutes_is_not_the_effect() -> None:
     and the effect is the slots left unwritten."""
     found = Diagnoser(_impl(_padding_ends_the_batch), CPU).diagnose(_case(num_tokens=2, cache_loc=(-1, 0)))
     assert [f.key for f in found] == ["wrong-slot:unwritten@padding"]
+
+
+def test_bytes_wrong_only_in_a_shared_buffer_join_the_one_defect_strided_caches_trigger() -> None:
+    """A shared K/V buffer makes each cache a strided view: a kernel that writes nothing to a cache whose pages
+    cannot be flattened fails there too, and that is the strided-cache defect, not a second one."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_shared_memory
+    shared = Finding("wrong-bytes", "wrong-bytes:shared-memory", "writes wrong bytes when its tensors share a buffer")
+    groups = {"wrong-slot:unwritten@strided-cache": [("a", Finding("wrong-slot", "wrong-slot:unwritten@strided-cache",
+                                                                   "leaves slots unwritten"))],
+              shared.key: [("b", shared)]}
+    _attribute_shared_memory(groups)
+    assert sorted(groups) == ["wrong-slot:unwritten@strided-cache"]

@@ -290,6 +290,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_misread_raise(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
+    _attribute_shared_memory(groups)
     _attribute_graph(groups)
     _attribute_combined(groups)
     _attribute_to_one_value_defect(groups)
@@ -528,6 +529,17 @@ def _attribute_crashes(groups: Groups) -> None:
                 # Memory a stray write corrupted: what no model explains, on the plain call, in a run that crashed
                 or (crashed and host in writers and k.endswith(":unexplained@plain"))]:
         _move(groups, key, lambda _n, _f: (host, why))
+
+
+def _attribute_shared_memory(groups: Groups) -> None:
+    """Wrong bytes or a raise seen only where the tensors share one buffer: sharing makes each cache a strided
+    view (K and V interleaved per page, slot or head), whatever the separate Case's layout, so they are a
+    symptom of the run's one defect that strided caches trigger, when there is exactly one (a cache flattened
+    by a reshape that copies where its pages cannot merge: nothing written)."""
+    for key in ("wrong-bytes:shared-memory", "raises:shared-memory"):
+        hosts = [k for k in groups if k != key and trigger_set(k) & {"strided-cache", "cache-layouts-differ"}]
+        if key in groups and len(hosts) == 1:
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (the shared buffer's caches are strided)"))
 
 
 def _triggered(case: Case | None, hosts: list[str]) -> list[str]:
