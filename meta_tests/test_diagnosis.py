@@ -1112,3 +1112,19 @@ def test_bytes_wrong_only_in_a_shared_buffer_join_the_one_defect_strided_caches_
               shared.key: [("b", shared)]}
     _attribute_shared_memory(groups)
     assert sorted(groups) == ["wrong-slot:unwritten@strided-cache"]
+
+
+def _overflow_to_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                      *, recipe="unfused", checked=False):
+    """An encoder whose exponent field wraps for quotients of 1024 and more: ±0 where ±448 belongs."""
+    def wrapped(x, s):
+        s = 1.0 if s is None else float(s)
+        return torch.where((x.float() / s).abs() >= 1024, x * 0, x)
+    _reference(wrapped(k, k_scale), wrapped(v, v_scale), k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+               recipe=recipe, checked=checked)
+
+
+def test_zero_where_the_recipe_saturates_is_an_overflow_rule() -> None:
+    big = _case(overrides=(Override("k", 1, 0x4700, "32768"), Override("k", 2, 0xC700, "-32768")))
+    keys = [f.key for f in Diagnoser(_impl(_overflow_to_zero), CPU).diagnose(big)]
+    assert keys == ["encoding:overflow-zero@any"], keys

@@ -481,7 +481,7 @@ EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding
 #: Effect classes read from each token's own input (their identity leaves the value dimensions out).
 VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away", "approximate-division",
                  "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign",
-                 "carry-lost", "input-misread")
+                 "carry-lost", "input-misread", "sign")
 
 
 # -- keys: effect@trigger ---------------------------------------------------------------------------

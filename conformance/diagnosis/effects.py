@@ -110,6 +110,8 @@ TITLES = {
     "encoding:inf-nan": "writes NaN for an infinite value where the recipe saturates (finite values past 464 "
                         "saturate)",
     "encoding:nan-lost": "writes a finite byte where the recipe gives NaN",
+    "encoding:overflow-zero": "writes ±0 where the recipe saturates to ±448 (an exponent that overflows its field "
+                              "wraps to zero)",
     "encoding:overflow-sign": "saturates with the wrong sign (±448 of the other sign: the sign lost on overflow)",
     "sign:dropped": "writes negative results with a positive sign (the sign bit lost, for the kinds of value "
                     "named)",
@@ -765,7 +767,8 @@ def encoding_key(e: torch.Tensor, a: torch.Tensor) -> str | None:
     nan_e, nan_a = (e & 0x7F) == 0x7F, (a & 0x7F) == 0x7F
     sat_e, sat_a = (e & 0x7F) == 0x7E, (a & 0x7F) == 0x7E
     rules = {"saturates": nan_e & sat_a, "nan-past-448": sat_e & nan_a, "nan-produced": nan_a & ~nan_e & ~sat_e,
-             "nan-lost": nan_e & ~nan_a & ~sat_a, "overflow-sign": sat_e & sat_a & (((e ^ a) & 0x80) != 0)}
+             "nan-lost": nan_e & ~nan_a & ~sat_a, "overflow-sign": sat_e & sat_a & (((e ^ a) & 0x80) != 0),
+             "overflow-zero": sat_e & ((a & 0x7F) == 0)}
     covered = torch.zeros_like(rest)
     for name, where in rules.items():
         if (rest & where).any():
