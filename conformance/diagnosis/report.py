@@ -600,7 +600,8 @@ def _attribute_combined(groups: Groups) -> None:
 
 
 #: Keys of failures no replay could diagnose (a shared slot's byte, shared memory, a text read alone).
-UNDIAGNOSED = ("wrong-slot:shared", "wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-repro")
+UNDIAGNOSED = ("wrong-slot:shared", "wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-repro",
+               "wrong-bytes:shared-memory")
 
 
 def _attribute_to_one_value_defect(groups: Groups) -> None:
