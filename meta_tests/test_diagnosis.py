@@ -1128,3 +1128,20 @@ def test_zero_where_the_recipe_saturates_is_an_overflow_rule() -> None:
     big = _case(overrides=(Override("k", 1, 0x4700, "32768"), Override("k", 2, 0xC700, "-32768")))
     keys = [f.key for f in Diagnoser(_impl(_overflow_to_zero), CPU).diagnose(big)]
     assert keys == ["encoding:overflow-zero@any"], keys
+
+
+def _slots_sorted_not_rows(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                           use_triton=True, *, recipe="unfused", checked=False):
+    """cache_loc sorted (to group writes by page) and the rows not gathered with it: row t to the t-th slot."""
+    _reference(k, v, k_cache, v_cache, cache_loc.sort(stable=True).values, k_scale, v_scale, page_size,
+               recipe=recipe, checked=checked)
+
+
+def test_tokens_moved_by_their_order_are_one_defect_of_the_order() -> None:
+    """Slots sorted without their rows: on (0, -1) padding lands on slot 0 (a padding model fits, and two tokens
+    put before refute it); on more tokens, tokens land on each other's slots. Both are whole tokens at other
+    slots, which the tokens in slot order get right: one defect, triggered by the order."""
+    d = Diagnoser(_impl(_slots_sorted_not_rows), CPU)
+    padded = [f.key for f in d.diagnose(_case(num_tokens=2, cache_loc=(0, -1)))]
+    assert padded == ["wrong-slot:tokens-moved@padding+slots-unsorted"]
+    assert [f.key for f in d.diagnose(_case(cache_loc=(9, 5, 0)))] == ["wrong-slot:tokens-moved@slots-unsorted"]

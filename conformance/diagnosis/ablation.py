@@ -325,7 +325,22 @@ ABLATIONS: tuple[Ablation, ...] = (
     Ablation("out-of-range", "only with out-of-range slots (cache_loc >= number of slots)", _out_of_range),
     Ablation("duplicate-slots", "only when several tokens name one slot", _duplicates),
 )
-BY_NAME = {a.name: a for a in ABLATIONS}
+def _slots_sorted(case: Case, plain: str) -> Iterator[Case]:
+    """The tokens in the order of their slots (padding first), each with its own slot and overrides."""
+    order = sorted(range(case.num_tokens), key=lambda t: case.cache_loc[t])
+    if order == list(range(case.num_tokens)):
+        return
+    per = case.num_heads * case.head_dim
+    place = {t: i for i, t in enumerate(order)}
+    overrides = tuple(Override(o.tensor, place[o.index // per] * per + o.index % per, o.bits, o.label)
+                      for o in case.overrides)
+    yield case.replace(cache_loc=tuple(case.cache_loc[t] for t in order), overrides=overrides)
+
+
+#: Not a step of the minimization (the plain call's slots need not be sorted; sorting would move every
+#: Case): tried on a Case whose effect is whole tokens at other slots (Diagnoser._order_trigger).
+SLOTS_UNSORTED = Ablation("slots-unsorted", "only when the tokens' slots are not in increasing order", _slots_sorted)
+BY_NAME = {a.name: a for a in (*ABLATIONS, SLOTS_UNSORTED)}
 
 
 # -- sizes: what a failure needs of H or D, named by probing other sizes (Diagnoser._sized) -------------
@@ -376,23 +391,26 @@ SIZE_RULES = {r.name: r for attr in SIZE_PROBES for r in _size_rules(attr)}
 def _with_tokens(case: Case, n: int, last: bool = False) -> Case:
     """The Case's first n tokens (last: its last n), their slots and overrides; or all of them and more, each
     added token at the first slot of a page of its own past the cache's (so that no page fills up, which a
-    defect of partly written pages would need)."""
+    defect of partly written pages would need), after the Case's tokens (last: before them)."""
     per = case.num_heads * case.head_dim
     start = max(case.num_tokens - n, 0) if last else 0
     kept = list(case.cache_loc[start:start + n])
     added = max(n - case.num_tokens, 0)
     pages = case.num_pages + added
     old, new = case.num_slots, pages * case.page_size
-    locs = (*(_still_out(s, old, new) for s in kept),
-            *((case.num_pages + i) * case.page_size for i in range(added)))
-    overrides = tuple(Override(o.tensor, o.index - start * per, o.bits, o.label) for o in case.overrides
+    extra = [(case.num_pages + i) * case.page_size for i in range(added)]
+    locs = [_still_out(s, old, new) for s in kept]
+    shift = added * per if last else 0  # the Case's tokens after the added ones
+    overrides = tuple(Override(o.tensor, o.index - start * per + shift, o.bits, o.label) for o in case.overrides
                       if start * per <= o.index < (start + n) * per)
-    return case.replace(num_tokens=n, num_pages=pages, cache_loc=locs, overrides=overrides)
+    return case.replace(num_tokens=n, num_pages=pages, cache_loc=tuple(extra + locs if last else locs + extra),
+                        overrides=overrides)
 
 
 def resized(case: Case, attr: str, n: int, from_end: bool = False) -> Case:
     """The Case with H (attr "heads"), D ("dim") or T ("tokens") set to n; overrides keep their place where it
-    is left. Fewer tokens are the first n, or with from_end the last n."""
+    is left. Fewer tokens are the first n, or with from_end the last n; more are added after the Case's (with
+    from_end, before them)."""
     if attr == "tokens":
         return _with_tokens(case, n, from_end)
     return _reshaped(case, n, case.head_dim) if attr == "heads" else _reshaped(case, case.num_heads, n)

@@ -26,6 +26,7 @@ from conformance.diagnosis.ablation import (
     BIG_CACHE_BYTES,
     BY_NAME,
     SIZE_PROBES,
+    SLOTS_UNSORTED,
     Ablation,
     SizeRule,
     cache_bytes,
@@ -40,6 +41,7 @@ from conformance.diagnosis.effects import (
     Effect,
     _unwritten,
     explain,
+    explains,
     summary,
     title_of,
     value_keys_fitting,
@@ -312,25 +314,40 @@ class Diagnoser:
                else "wrong-slot:unexplained")
         return Effect(key, TITLES[key], f"{effect.detail} fit these slots, not those of a cache with more pages")
 
-    def _placement_confirmed(self, case: Case, effect: Effect, replay: Replay) -> Effect:
+    def _order_trigger(self, case: Case, trigger: list[str]) -> list[str]:
+        """Whole tokens at other slots that the same tokens in the order of their slots get right: a kernel that
+        sorts the slots and not the rows. Its trigger is the order, with what else the Case needs (padding,
+        which sorts first); more than one token, or some number of them, is a consequence."""
+        sorted_case = next(SLOTS_UNSORTED.variants(case, self.plain), None)
+        if sorted_case is None or self._fails_alike(sorted_case, "values") is not False:
+            return trigger
+        return sorted({t for t in trigger if t != "many-tokens" and not t.startswith("tokens-")} |
+                      {SLOTS_UNSORTED.name})
+
+    def _placement_confirmed(self, case: Case, effect: Effect, replay: Replay,
+                             exclude: frozenset[str] = frozenset()) -> Effect:
         """A placement model read off a minimal Case of one or two tokens may fit it by chance: padding that
         drops every later token reads as an int64 cache_loc's int32 words when the second word of -1 is -1
-        again. So the Case is replayed with two more tokens (each on a page of its own); where that call is
-        wrong too, the effect or an alternative must explain it, or the minimal Case is explained again
-        without the refuted ones."""
-        variant = resized(case, "tokens", case.num_tokens + 2)
-        r = self.replay(variant)
-        if r is None or r.error or not r.symptoms:
+        again. So the Case is replayed with two more tokens (each on a page of its own), after its tokens and
+        before them (a kernel that sorts the slots, not the rows, wrote (0, -1) as padding to slot 0); where
+        such a call is wrong too, the effect or an alternative must explain it, or the minimal Case is explained
+        again without the refuted ones."""
+        keys = [effect.key, *effect.alternatives]
+        for before in (False, True):
+            variant = resized(case, "tokens", case.num_tokens + 2, from_end=before)
+            r = self.replay(variant)
+            if r is None or r.error or not r.symptoms:
+                continue
+            keys = [k for k in keys if explains(k, variant, r.expected, r.actual, r.before, self._fresh(variant))]
+        if keys == [effect.key, *effect.alternatives]:
             return effect
-        again: set[str] = set()
-        for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
-            again |= {e.key, *e.alternatives}
-        keys = [k for k in [effect.key, *effect.alternatives] if k in again]
         if keys:
             detail = effect.detail if keys[0] == effect.key else ""
             return Effect(keys[0], title_of(keys[0], case.recipe), detail, effect.value, keys[1:])
-        refuted = frozenset([effect.key, *effect.alternatives])
+        refuted = exclude | {effect.key, *effect.alternatives}
         rest = explain(case, replay.expected, replay.actual, replay.before, self._fresh(case), exclude=refuted)
+        if len(rest) == 1 and _placed(rest[0]) and len(refuted) < 8:  # the next model, held to the same calls
+            return self._placement_confirmed(case, rest[0], replay, refuted)
         return rest[0] if len(rest) == 1 and not _placed(rest[0]) else Effect(
             "wrong-slot:unexplained", TITLES["wrong-slot:unexplained"],
             f"{summary(replay.expected, replay.actual)}; {effect.title} fit these bytes, not those of the same call "
@@ -410,6 +427,8 @@ class Diagnoser:
         for symptom in sorted(first.symptoms):
             minimal, trigger = self.minimize(case, symptom)
             for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
+                if effect.key == "wrong-slot:tokens-moved":
+                    trigger = self._order_trigger(minimal, trigger)
                 f = finding(effect, trigger, minimal, case.recipe)
                 findings.setdefault(f.key, f)
         kept = narrowest(list(findings.values()))
