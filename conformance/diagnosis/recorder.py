@@ -86,13 +86,18 @@ def _classified(item: pytest.Item, exc: BaseException, unrepeatable: bool = Fals
     if "mutation" in params:
         params["mutation"] = params["mutation"].name
     funcargs = getattr(item, "funcargs", {})
-    try:
-        findings = classify_failure(exc, test, module, params, funcargs.get("impl"), funcargs.get("device"),
-                                    unrepeatable)
-    except Exception as err:  # the classifier's own failure must not hide the test's
-        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-        findings = [Finding("unclassified", "unclassified:classifier", f"could not classify: {detail[:200]}",
-                            replayable=False, excerpt="\n".join(str(exc).splitlines()[:14]))]
+    # Twice with replays (a replay can trip over state an earlier call left, such as torch's "PythonDispatcher"
+    # internal assert seen once under Triton's interpreter), then by the failure's text alone.
+    attempts = [(funcargs.get("impl"), funcargs.get("device"))] * 2 + [(None, None)]
+    detail = ""
+    for impl, device in attempts:
+        try:
+            findings = classify_failure(exc, test, module, params, impl, device, unrepeatable)
+            return [f.to_dict() for f in findings]
+        except Exception as err:  # the classifier's own failure must not hide the test's
+            detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+    findings = [Finding("unclassified", "unclassified:classifier", f"could not classify: {detail[:200]}",
+                        replayable=False, excerpt="\n".join(str(exc).splitlines()[:14]))]
     return [f.to_dict() for f in findings]
 
 
