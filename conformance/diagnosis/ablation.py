@@ -403,8 +403,14 @@ def _with_tokens(case: Case, n: int, last: bool = False) -> Case:
     shift = added * per if last else 0  # the Case's tokens after the added ones
     overrides = tuple(Override(o.tensor, o.index - start * per + shift, o.bits, o.label) for o in case.overrides
                       if start * per <= o.index < (start + n) * per)
-    return case.replace(num_tokens=n, num_pages=pages, cache_loc=tuple(extra + locs if last else locs + extra),
-                        overrides=overrides)
+    out = case.replace(num_tokens=n, num_pages=pages, cache_loc=tuple(extra + locs if last else locs + extra),
+                       overrides=overrides)
+    if added and any(o.label == "ordinary" for o in case.overrides):
+        # ordinary values for the added tokens too, as the Case's own have: a random value there could show
+        # another defect (a value rule), which is not what the Case's tokens are added for
+        others = tuple(o for o in out.overrides if o.label != "ordinary")
+        out = next(_ordinary_values(out.replace(overrides=others), ""), out)
+    return out
 
 
 def resized(case: Case, attr: str, n: int, from_end: bool = False) -> Case:
