@@ -1145,3 +1145,28 @@ def test_tokens_moved_by_their_order_are_one_defect_of_the_order() -> None:
     padded = [f.key for f in d.diagnose(_case(num_tokens=2, cache_loc=(0, -1)))]
     assert padded == ["wrong-slot:tokens-moved@padding+slots-unsorted"]
     assert [f.key for f in d.diagnose(_case(cache_loc=(9, 5, 0)))] == ["wrong-slot:tokens-moved@slots-unsorted"]
+
+
+def test_encoding_defects_that_share_a_rule_are_one() -> None:
+    """A NaN check that spreads over a vector's lanes writes NaN past the range in one Case, for a finite byte in
+    another, and both in a third: one defect. A rule of its own (the sign of NaN) stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_encoding
+    keys = ["encoding:inf-nan@any", "encoding:nan-past-448+nan-produced@any", "encoding:nan-past-448@any",
+            "encoding:nan-produced@any", "encoding:nan-sign@any"]
+    groups = {k: [(str(i), Finding("encoding", k, k))] for i, k in enumerate(keys)}
+    groups["encoding:nan-past-448@any"].append(("x", Finding("encoding", "encoding:nan-past-448@any", "again")))
+    _merge_encoding(groups)
+    assert sorted(groups) == ["encoding:nan-past-448@any", "encoding:nan-sign@any"], sorted(groups)
+
+
+def test_what_no_replay_diagnosed_joins_the_runs_one_defect() -> None:
+    """A scale overwritten in place shows as wrong bytes where the tensors share a buffer (not replayed): in a
+    run whose one diagnosed defect is that input modification, it is that defect's symptom."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_to_the_one_defect
+    groups = {"input-modified@scale-value": [("a", Finding("input-modified", "input-modified@scale-value", "x"))],
+              "wrong-bytes:shared-memory": [("b", Finding("wrong-bytes", "wrong-bytes:shared-memory", "y"))],
+              "validation:accepted": [("c", Finding("validation", "validation:accepted", "z"))]}
+    _attribute_to_the_one_defect(groups)
+    assert sorted(groups) == ["input-modified@scale-value", "validation:accepted"], sorted(groups)

@@ -293,7 +293,8 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_shared_memory(groups)
     _attribute_graph(groups)
     _attribute_combined(groups)
-    _attribute_to_one_value_defect(groups)
+    _attribute_to_the_one_defect(groups)
+    _merge_encoding(groups)
     if fresh is not None:
         _merge_history(groups, fresh)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
@@ -604,17 +605,39 @@ UNDIAGNOSED = ("wrong-slot:shared", "wrong-bytes:values", "wrong-bytes:inconsist
                "wrong-bytes:shared-memory")
 
 
-def _attribute_to_one_value_defect(groups: Groups) -> None:
-    """When the run's only diagnosed defect outside the argument contract is a value effect (each byte wrong by
-    a rule of its own input), the failures no replay could diagnose are its symptoms: a slot several tokens
-    name holds neither token's reference byte because each token's byte is wrong by that rule."""
+def _attribute_to_the_one_defect(groups: Groups) -> None:
+    """When the run has one diagnosed defect outside the argument contract, the failures no replay could
+    diagnose are its symptoms: a slot several tokens name holds neither token's reference byte because each
+    token's byte is wrong by a value rule; a scale the call overwrites in place gives wrong bytes where the
+    tensors share one buffer."""
     diagnosed = [k for k in groups if "@" in k and class_of(k) != "validation"]
-    hosts = [k for k in diagnosed if class_of(k) in VALUE_CLASSES]
-    if len(hosts) != 1 or len(diagnosed) != 1:
+    if len(diagnosed) != 1:
         return
+    kind = ", a value effect" if class_of(diagnosed[0]) in VALUE_CLASSES else ""
     for key in [k for k in groups if k in UNDIAGNOSED]:
-        _move(groups, key, lambda _n, _f: (hosts[0], " (not diagnosed by replay; the run's one defect, a value "
-                                                     "effect)"))
+        _move(groups, key, lambda _n, _f: (diagnosed[0], f" (not diagnosed by replay; the run's one defect{kind})"))
+
+
+def _encoding_kinds(key: str) -> set[str]:
+    """An encoding key's rules, NaN for an infinity counted as NaN past the range (of which it is the case)."""
+    kinds = set(same_effect(key).split(":", 1)[1].split("+"))
+    return {"nan-past-448" if k == "inf-nan" else k for k in kinds}
+
+
+def _merge_encoding(groups: Groups) -> None:
+    """Encoding defects that share a rule are one: a kernel whose NaN check spreads over a vector's lanes writes
+    NaN where the recipe saturates in one Case, where it gives a finite byte in another, and both in a third.
+    Each group of keys linked by a shared rule becomes one defect, under its commonest key."""
+    keys = [k for k in groups if class_of(k) == "encoding" and "@" in k]
+    linked: list[set[str]] = []
+    for key in keys:
+        touching = [g for g in linked if any(_encoding_kinds(key) & _encoding_kinds(k) for k in g)]
+        merged = {key}.union(*touching)
+        linked = [g for g in linked if g not in touching] + [merged]
+    for group in linked:
+        host = max(sorted(group), key=lambda k: (len(groups[k]), len(_encoding_kinds(k))))
+        for key in sorted(group - {host}):
+            _move(groups, key, lambda _n, _f, host=host: (host, " (an encoding rule of the same defect)"))
 
 
 def _attribute_graph(groups: Groups) -> None:
