@@ -312,7 +312,8 @@ class Diagnoser:
             return effect
         key = ("wrong-slot:unwritten" if _unwritten(case, replay.expected, replay.actual, replay.before)
                else "wrong-slot:unexplained")
-        return Effect(key, TITLES[key], f"{effect.detail} fit these slots, not those of a cache with more pages")
+        return Effect(key, TITLES[key], "" if key == "wrong-slot:unwritten" else
+                      f"{effect.detail} fit these slots, not those of a cache with more pages")
 
     def _order_trigger(self, case: Case, trigger: list[str]) -> list[str]:
         """Whole tokens at other slots that the same tokens in the order of their slots get right: a kernel that
