@@ -627,7 +627,8 @@ def _encoding_kinds(key: str) -> set[str]:
 def _merge_encoding(groups: Groups) -> None:
     """Encoding defects that share a rule are one: a kernel whose NaN check spreads over a vector's lanes writes
     NaN where the recipe saturates in one Case, where it gives a finite byte in another, and both in a third.
-    Each group of keys linked by a shared rule becomes one defect, under its commonest key."""
+    Each group of keys linked by a shared rule becomes one defect, under its key of the most rules (the
+    commonest of those)."""
     keys = [k for k in groups if class_of(k) == "encoding" and "@" in k]
     linked: list[set[str]] = []
     for key in keys:
@@ -635,7 +636,7 @@ def _merge_encoding(groups: Groups) -> None:
         merged = {key}.union(*touching)
         linked = [g for g in linked if g not in touching] + [merged]
     for group in linked:
-        host = max(sorted(group), key=lambda k: (len(groups[k]), len(_encoding_kinds(k))))
+        host = max(sorted(group), key=lambda k: (len(_encoding_kinds(k)), len(groups[k])))
         for key in sorted(group - {host}):
             _move(groups, key, lambda _n, _f, host=host: (host, " (an encoding rule of the same defect)"))
 
