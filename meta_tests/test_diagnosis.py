@@ -1170,3 +1170,15 @@ def test_what_no_replay_diagnosed_joins_the_runs_one_defect() -> None:
               "validation:accepted": [("c", Finding("validation", "validation:accepted", "z"))]}
     _attribute_to_the_one_defect(groups)
     assert sorted(groups) == ["input-modified@scale-value", "validation:accepted"], sorted(groups)
+
+
+def test_what_nothing_explains_joins_the_runs_one_defect_on_the_plain_call() -> None:
+    """A slot read from a tile's first token shows on the plain call; in other Cases nothing explains the bytes
+    and ablations of the page size or the values made them vanish by chance: one defect."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_to_plain_call
+    keys = ["wrong-slot:tokens-moved@plain", "wrong-slot:unexplained@page-size+values",
+            "wrong-bytes:unexplained@scale-value", "validation:accepted"]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+    _attribute_to_plain_call(groups)
+    assert sorted(groups) == ["validation:accepted", "wrong-slot:tokens-moved@plain"], sorted(groups)

@@ -293,6 +293,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_shared_memory(groups)
     _attribute_graph(groups)
     _attribute_combined(groups)
+    _attribute_to_plain_call(groups)
     _attribute_to_the_one_defect(groups)
     _merge_encoding(groups)
     if fresh is not None:
@@ -616,6 +617,20 @@ def _attribute_to_the_one_defect(groups: Groups) -> None:
     kind = ", a value effect" if class_of(diagnosed[0]) in VALUE_CLASSES else ""
     for key in [k for k in groups if k in UNDIAGNOSED]:
         _move(groups, key, lambda _n, _f: (diagnosed[0], f" (not diagnosed by replay; the run's one defect{kind})"))
+
+
+def _attribute_to_plain_call(groups: Groups) -> None:
+    """A defect on the plain call is in every Case: when the run has exactly one such defect that says where
+    bytes go (not a value rule, not a symptom), what no model explains is its symptom, whatever ablations
+    made that vanish (a slot read from the wrong token of a tile vanishes with the page size that made the
+    slots line up, or the values that made two tokens alike)."""
+    hosts = [k for k in groups if "@" in k and not trigger_set(k) and not _symptom_only(k)
+             and class_of(k) not in (*VALUE_CLASSES, "validation", "graph")]
+    if len(hosts) != 1:
+        return
+    for key in [k for k in groups if same_effect(k) == "unexplained" and k != hosts[0]]:
+        _move(groups, key, lambda _n, _f: (hosts[0], " (nothing explains it; the run's one defect on the plain "
+                                                      "call)"))
 
 
 def _encoding_kinds(key: str) -> set[str]:
