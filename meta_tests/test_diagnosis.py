@@ -1182,3 +1182,29 @@ def test_what_nothing_explains_joins_the_runs_one_defect_on_the_plain_call() -> 
     groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
     _attribute_to_plain_call(groups)
     assert sorted(groups) == ["validation:accepted", "wrong-slot:tokens-moved@plain"], sorted(groups)
+
+
+def test_one_effect_under_padding_and_under_out_of_range_alone_is_one_defect() -> None:
+    """Padding and out-of-range tokens both write nothing: a kernel that carries the wrong bytes for one does
+    so for the other. A padding or out-of-range rule of its own (wraps, written) stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_skipped_tokens
+    keys = ["wrong-slot:unexplained@padding", "wrong-slot:unexplained@out-of-range", "padding:wraps-to-end@padding",
+            "out-of-range:written@out-of-range"]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+    _merge_skipped_tokens(groups)
+    assert sorted(groups) == ["out-of-range:written@out-of-range", "padding:wraps-to-end@padding",
+                              "wrong-slot:unexplained@padding"], sorted(groups)
+
+
+def _bf16_through_fp16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                       use_triton=True, *, recipe="unfused", checked=False):
+    """bf16 inputs converted to fp16 first (a kernel built for fp16 only): past ±65504 they become ±inf."""
+    k, v = (x.half().bfloat16() if x.dtype == torch.bfloat16 else x for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_bf16_inputs_converted_to_fp16_are_one_input_rounding_defect() -> None:
+    case = _case(k_scale=Scale("tensor1", 1000.0), overrides=(Override("k", 1, 0x47C3, "99840"),))
+    keys = [f.key for f in Diagnoser(_impl(_bf16_through_fp16), CPU).diagnose(case)]
+    assert keys == ["input-rounded:float16@any"], keys

@@ -56,7 +56,7 @@ CELLS = {
     "out-of-range": "writes outside", "big-cache": "wrong bytes", "per-token-head": "wrong bytes",
     "rounds-ties-away": "wrong bytes", "saturates-low": "wrong bytes", "input-rounded": "wrong bytes",
     "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes", "carry-lost": "wrong bytes",
-    "input-misread": "wrong bytes",
+    "input-misread": "wrong bytes", "rounds-ties-toward-zero": "wrong bytes", "sign": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -67,7 +67,8 @@ CLASS_TITLES = {
     "approximate-division": "not correctly rounded", "off-by-one-ulp": "not correctly rounded",
     "storage": "storage type", "strides": "strides", "padding": "padding slots", "out-of-range": "out-of-range slots",
     "big-cache": "caches above 2**31 bytes", "per-token-head": "dynamic per-(token, head) scales",
-    "rounds-ties-away": "rounding ties away from zero", "saturates-low": "overflow bound",
+    "rounds-ties-away": "rounding ties away from zero", "rounds-ties-toward-zero": "rounding ties toward zero",
+    "sign": "sign", "saturates-low": "overflow bound",
     "input-rounded": "double rounding of the input", "format": "cache format",
     "state": "state kept between calls", "kv-mixed": "K and V mixed up", "carry-lost": "rounding carry lost",
     "input-misread": "input dtype misread",

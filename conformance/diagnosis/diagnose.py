@@ -499,7 +499,8 @@ EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding
                 "out-of-range": "writes outside", "wrong-slot": "writes outside", "strides": "wrong bytes",
                 "big-cache": "wrong bytes"}
 #: Effect classes read from each token's own input (their identity leaves the value dimensions out).
-VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away", "approximate-division",
+VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away",
+                 "rounds-ties-toward-zero", "approximate-division",
                  "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign",
                  "carry-lost", "input-misread", "sign")
 

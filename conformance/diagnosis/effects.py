@@ -56,6 +56,7 @@ TITLES = {
                             "smallest normal)",
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
     "rounds-ties-away": "rounds ties away from zero instead of to even",
+    "rounds-ties-toward-zero": "rounds ties toward zero instead of to even (rounds up only past the halfway point)",
     "carry-lost": "loses the carry of a value rounding up to a power of two (writes half of it: the exponent taken "
                   "before rounding)",
     "input-misread:bfloat16": "reads its input's bytes as bfloat16 (another input dtype's path: float16 bits as "
@@ -65,8 +66,10 @@ TITLES = {
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
-    "input-rounded:bfloat16": "rounds float32 inputs to bfloat16 before quantizing (a double rounding)",
-    "input-rounded:float16": "rounds float32 inputs to float16 before quantizing (a double rounding)",
+    "input-rounded:bfloat16": "converts its inputs to bfloat16 before quantizing (float32 or float16 inputs: a "
+                              "double rounding)",
+    "input-rounded:float16": "converts its inputs to float16 before quantizing (float32 inputs: a double rounding; "
+                             "bfloat16 inputs: past ±65504 they overflow to inf, small ones lose bits)",
     "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
     "format:e4m3-bytes": "writes e4m3 bytes into a cache of another format (the format it is told is ignored)",
     "format:e5m2-bytes": "writes e5m2 bytes into a cache of another format (the format taken from elsewhere)",
@@ -606,6 +609,20 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(tie, e + 1, e)
 
 
+def _ties_toward_zero(rows: _Rows, held: str) -> torch.Tensor:
+    """The recipe's bytes with every exact tie between two grid values rounded toward zero (a software
+    encoder that rounds up only past the halfway point, `rem > half`): where nearest-even took the upper
+    magnitude of a tie, the lower."""
+    e = rows.q(held)
+    y = _pre_cast(rows, held).to(torch.float64).abs()
+    table, last = _grid(rows.case)
+    mag = (e & 0x7F).to(torch.int64)
+    inside = (mag > 0) & (mag <= last)  # a finite magnitude below it exists
+    lower, upper = table[(mag - 1).clamp(min=0)], table[mag.clamp(max=last)]
+    tie = inside & (y == (lower + upper) / 2)
+    return torch.where(tie, e - 1, e)
+
+
 def _read_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """x's bytes read as `dtype`, element i of x's shape from element i of the reinterpreted buffer (a pointer
     of the other type with the same element offsets: a float32 input read as bfloat16 takes byte 2i)."""
@@ -712,10 +729,13 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
         if own < floor:  # the floor in the key, so that re-drawn calls must show the same one
             yield f"scale:floored:{floor:g}", lambda floor=floor: rows.q(held, floor)
-    if rows.x.dtype == torch.float32:  # float32 input narrowed first (a bf16/fp16 kernel's load, say)
-        for dtype in (torch.bfloat16, torch.float16):
-            yield f"input-rounded:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
-                rows.x.to(dtype).to(torch.float32), _scale_value(rows.scale), held, case.cache_format)
+    narrower = {torch.float32: (torch.bfloat16, torch.float16), torch.bfloat16: (torch.float16,),
+                torch.float16: (torch.bfloat16,)}.get(rows.x.dtype, ())
+    # an input converted first (float32 narrowed for a bf16/fp16 kernel; bf16 sent through a kernel built for
+    # fp16, which overflows past 65504 and loses small values)
+    for dtype in narrower:
+        yield f"input-rounded:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
+            rows.x.to(dtype).to(rows.x.dtype), _scale_value(rows.scale), held, case.cache_format)
     # A deviation of the arithmetic is read against every recipe's steps, the held one first: a kernel that
     # matches no recipe is held to the closest, which need not be the one it deviates from.
     order = [held] + [r for r in RECIPES if r != held]
@@ -728,6 +748,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "rounds-toward-zero", lambda r=r: _toward_zero(rows, r)
     for r in order:
         yield "rounds-ties-away", lambda r=r: _ties_away(rows, r)
+    for r in order:
+        yield "rounds-ties-toward-zero", lambda r=r: _ties_toward_zero(rows, r)
     for r in order:
         yield "carry-lost", lambda r=r: _carry_lost(rows, r)
     other = {torch.bfloat16: (torch.float16,), torch.float16: (torch.bfloat16,),

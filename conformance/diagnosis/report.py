@@ -293,6 +293,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_shared_memory(groups)
     _attribute_graph(groups)
     _attribute_combined(groups)
+    _merge_skipped_tokens(groups)
     _attribute_to_plain_call(groups)
     _attribute_to_the_one_defect(groups)
     _merge_encoding(groups)
@@ -631,6 +632,21 @@ def _attribute_to_plain_call(groups: Groups) -> None:
     for key in [k for k in groups if same_effect(k) == "unexplained" and k != hosts[0]]:
         _move(groups, key, lambda _n, _f: (hosts[0], " (nothing explains it; the run's one defect on the plain "
                                                       "call)"))
+
+
+#: Triggers of tokens that write nothing: a kernel that mishandles one mishandles the other alike.
+SKIPPED_TOKENS = (frozenset({"padding"}), frozenset({"out-of-range"}))
+
+
+def _merge_skipped_tokens(groups: Groups) -> None:
+    """One effect under "padding" and under "out-of-range" alone, where no model names a padding or an
+    out-of-range rule: tokens that write nothing, handled alike (a padding token's carried bytes taken from
+    the wrong cache), so one defect, under the padding key."""
+    for key in [k for k in groups if trigger_set(k) == SKIPPED_TOKENS[1]]:
+        host = f"{key.split('@', 1)[0]}@padding"
+        if host in groups and class_of(key) not in ("padding", "out-of-range"):
+            _move(groups, key, lambda _n, _f, host=host: (host, " (with out-of-range slots too: tokens that write "
+                                                                 "nothing)"))
 
 
 def _encoding_kinds(key: str) -> set[str]:
