@@ -1208,3 +1208,15 @@ def test_bf16_inputs_converted_to_fp16_are_one_input_rounding_defect() -> None:
     case = _case(k_scale=Scale("tensor1", 1000.0), overrides=(Override("k", 1, 0x47C3, "99840"),))
     keys = [f.key for f in Diagnoser(_impl(_bf16_through_fp16), CPU).diagnose(case)]
     assert keys == ["input-rounded:float16@any"], keys
+
+
+def test_a_raise_in_the_per_head_tests_is_classified_as_the_implementations_raise() -> None:
+    """The classifier's branches that read a raise from the text (per-head, per-token-head, big caches) must
+    not trip over a name another branch binds: an UnboundLocalError there was the suite's, on the H200."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.harness import ConformanceFailure
+    message = ("impl.py:fn: raises on a valid call:\nimpl.py:fn raised IndexError: index 5 is out of bounds\n"
+               "Traceback (most recent call last): ...")
+    found = classify_failure(ConformanceFailure(message), "test_per_head_scales_are_bit_exact", "test_per_head", {},
+                             _impl(_reference), CPU)
+    assert [f.key.split(":", 2)[:2] for f in found] == [["raises", "IndexError"]], [f.key for f in found]

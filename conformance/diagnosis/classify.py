@@ -786,10 +786,10 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         # The saved Case rebuilds separate buffers, where the implementation passes: the sharing is the defect
         # (a Case that fails on its own too goes the usual way below, replayed and classified by its bytes).
         if "raises on a valid call" in what:
-            raised = re.search(r" raised (\w+(?:\.\w+)*):", message)
+            exception = re.search(r" raised (\w+(?:\.\w+)*):", message)
             return [Finding("raises", "raises:shared-memory", "raises when its caches share one buffer without "
                             "sharing a byte (an interleaved K/V pool, an arena)", replayable=False,
-                            facts={"exception": raised.group(1) if raised else ""})]
+                            facts={"exception": exception.group(1) if exception else ""})]
         return [Finding("wrong-bytes", "wrong-bytes:shared-memory", "writes wrong bytes when its tensors share one "
                         "buffer without a cache sharing a byte", replayable=False)]
     if kind == "SuiteError":  # conformance.harness: the reference raised; never the implementation's defect

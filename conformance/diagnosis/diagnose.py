@@ -334,6 +334,10 @@ class Diagnoser:
         such a call is wrong too, the effect or an alternative must explain it, or the minimal Case is explained
         again without the refuted ones."""
         keys = [effect.key, *effect.alternatives]
+        if self.device.type == "cuda" and effect.key.startswith(("padding:", "out-of-range:")):
+            # Such a model sends tokens to a slot a real token writes too, and on a GPU which of them lands is
+            # undefined: a larger call can land the other way (seen on the H200 for padding at slot 0).
+            return effect
         for before in (False, True):
             variant = resized(case, "tokens", case.num_tokens + 2, from_end=before)
             r = self.replay(variant)
