@@ -510,12 +510,14 @@ def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Cal
 
 
 def explains(key: str, case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
-         fresh: Callable[[], Built]) -> bool:
+             fresh: Callable[[], Built]) -> bool:
     """Whether this placement or moved effect explains every differing byte of the call."""
-    if any(k == key and _reproduces(model, actual, fresh) for k, _, model in PLACEMENT):
-        return True
-    moved = (_within_rows(case, expected, actual, before), _tokens_moved(case, expected, actual, before))
-    return any(m is not None and m.key == key for m in moved)
+    models = [model for k, _, model in PLACEMENT if k == key]
+    if models:
+        return any(_reproduces(model, actual, fresh) for model in models)
+    moved = _tokens_moved if key == "wrong-slot:tokens-moved" else _within_rows
+    found = moved(case, expected, actual, before)
+    return found is not None and found.key == key
 
 
 def _placement(case: Case, actual: Built, fresh: Callable[[], Built], exclude: frozenset[str]) -> Effect | None:

@@ -634,15 +634,11 @@ def _attribute_to_plain_call(groups: Groups) -> None:
                                                       "call)"))
 
 
-#: Triggers of tokens that write nothing: a kernel that mishandles one mishandles the other alike.
-SKIPPED_TOKENS = (frozenset({"padding"}), frozenset({"out-of-range"}))
-
-
 def _merge_skipped_tokens(groups: Groups) -> None:
     """One effect under "padding" and under "out-of-range" alone, where no model names a padding or an
     out-of-range rule: tokens that write nothing, handled alike (a padding token's carried bytes taken from
     the wrong cache), so one defect, under the padding key."""
-    for key in [k for k in groups if trigger_set(k) == SKIPPED_TOKENS[1]]:
+    for key in [k for k in groups if trigger_set(k) == {"out-of-range"}]:
         host = f"{key.split('@', 1)[0]}@padding"
         if host in groups and class_of(key) not in ("padding", "out-of-range"):
             _move(groups, key, lambda _n, _f, host=host: (host, " (with out-of-range slots too: tokens that write "
