@@ -204,7 +204,13 @@ def _cache_view(case: Case, name: str, layout: Layout, pattern: torch.Tensor) ->
     """The cache's buffer, filled with `pattern` (its stream's PATTERN_LEN seeded bytes) repeated."""
     shape = case.cache_shape
     n = GUARD_BYTES + layout.span(shape) + GUARD_BYTES
-    buf = pattern.repeat(n // PATTERN_LEN + 1)[:n].contiguous()
+    # On the CPU, past the buffer, room for both caches again: an interpreted Triton kernel stores through raw
+    # pointers, and one that writes a cache with the other's strides (or its own, wrongly) lands there, not on
+    # the process's heap. Never compared (the guard band before it catches such writes); on CUDA a stray write
+    # lands in the caching allocator's blocks, as in a server.
+    spill = 0 if pattern.device.type != "cpu" else 2 * max(case.k_cache_layout.span(shape),
+                                                             case.v_cache_layout.span(shape))
+    buf = pattern.repeat((n + spill) // PATTERN_LEN + 1)[:n]
     typed = buf if case.cache_dtype == "uint8" else buf.view(DTYPES[case.cache_dtype])
     view = typed.as_strided(shape, layout.strides(shape), GUARD_BYTES + layout.offset)
     if case.cache_rank == 3:

@@ -9,6 +9,7 @@ report is exactly right (every one-defect entry one defect, every pair two, ever
     python -m tools.corpus --mode quick                 # the CPU entries, few examples (what CI runs)
     python -m tools.corpus --mode full --parallel 4     # every entry the machine can run, default budgets
     python -m tools.corpus --from a/rows.jsonl,b/rows.jsonl --markdown t.md   # one table from earlier runs
+    python -m tools.corpus --skip-from a/rows.jsonl --out b       # the rest of a run cut short
 Exit status: 0 when every entry's report is exactly right, 1 otherwise, 2 on a usage error.
 """
 
@@ -134,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="saved", default="",
                         help="no run: the table of rows.jsonl files saved by earlier runs (comma-separated; "
                              "an entry in several: the last file's row)")
+    parser.add_argument("--skip-from", default="",
+                        help="run only the entries without a row in these rows.jsonl files (comma-separated): "
+                             "the rest of a run cut short")
     args = parser.parse_args(argv)
     if args.saved:
         latest = {}  # an entry in several files: the last file's row (a re-run after a fix)
@@ -151,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     entries = [e for e in cat.CATALOGUE if needs == "cuda" or e["needs"] == "cpu"]
     if args.only:
         entries = [e for e in entries if any(o in e["file"] for o in args.only.split(","))]
+    if args.skip_from:
+        done_files = {json.loads(line)["file"] for f in args.skip_from.split(",")
+                      for line in Path(f).read_text().splitlines() if line}
+        entries = [e for e in entries if e["file"] not in done_files]
     if not entries:
         print("corpus: no entry selected", file=sys.stderr)
         return 2
