@@ -7,6 +7,8 @@ The whole-report check over a corpus of one-defect kernels is meta_tests/test_de
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,8 @@ from conformance.diagnosis.ablation import ABLATIONS
 from conformance.diagnosis.diagnose import Diagnoser
 from conformance.impls import Implementation
 from kernel import naive_fp8_set_kv_buffer
+from kernel.plan import ScaleArg
+from kernel.recipe import get_recipe
 from strategies import cases
 from strategies.build import build
 from strategies.case import Case, Layout, Override, Scale
@@ -779,6 +783,29 @@ def _fp16_as_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,
     _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
 
 
+def _fnuz_own_nan(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                  recipe="unfused", checked=False):
+    """e4m3fnuz bytes (a ROCm format table copied for "fp8"), the NaN still the explicit 0x7F of e4m3."""
+    kc, vc = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+    naive_fp8_set_kv_buffer(k, v, kc, vc, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked,
+                            cache_dtype="fp8_e4m3fnuz")
+    for s in {s for s in cache_loc.tolist() if 0 <= s < kc.shape[0] * page_size}:
+        for c in (kc, vc):
+            row = c[s // page_size, s % page_size]
+            row[row == 0x80] = 0x7F  # fnuz's NaN byte; fnuz has no -0, so nothing else is 0x80
+
+
+def test_bytes_of_another_format_keep_the_explicit_nan_byte() -> None:
+    """Another format's bytes with the cache's own NaN byte are that format's bytes (the NaN set by hand)."""
+    specials = tuple(Override(t, i, bits, label) for t in "kv" for i, (bits, label) in enumerate(
+        ((0x0000, "+0"), (0x8000, "-0"), (0x7F80, "+inf"), (0xFF80, "-inf"), (0x7FC0, "+nan"), (0xFFC0, "-nan"))))
+    one = Scale("tensor1", 1.0)
+    case = Case(num_tokens=1, num_heads=1, head_dim=8, page_size=16, num_pages=1, cache_loc=(0,), k_scale=one,
+                v_scale=one, overrides=specials, recipe="divide")
+    keys = [f.key for f in Diagnoser(_impl(_fnuz_own_nan, "divide"), CPU).diagnose(case)]
+    assert keys == ["format:e4m3fnuz-bytes@any"], keys
+
+
 @pytest.mark.parametrize("fn, changes, key", [
     (_written_then(_zero_page_rest), {}, "wrong-slot:page-rest-zeroed@plain"),
     (_e5m2_into_e4m3, {"cache_dtype": "uint8"}, "format:e5m2-bytes@cache-uint8"),
@@ -1220,3 +1247,152 @@ def test_a_raise_in_the_per_head_tests_is_classified_as_the_implementations_rais
     found = classify_failure(ConformanceFailure(message), "test_per_head_scales_are_bit_exact", "test_per_head", {},
                              _impl(_reference), CPU)
     assert [f.key.split(":", 2)[:2] for f in found] == [["raises", "IndexError"]], [f.key for f in found]
+
+
+def _none_scale_dynamic(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """A None scale made from the data, amax(|x|) / 448 (a dynamic quantizer's scale=None, carried into a
+    static write where None means 1.0)."""
+    def own(x, s):
+        return (x.float().abs().amax() / 448.0).reshape(()) if s is None else s
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, own(k, k_scale), own(v, v_scale), page_size,
+                            recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize("overrides", [(), (Override("k", 0, 0x7FC0, "+nan"), Override("k", 1, 0x7F80, "+inf"))],
+                         ids=["ordinary", "nan-and-inf"])
+def test_a_scale_made_from_the_data_is_one_defect(overrides) -> None:
+    """A scale computed from the tensor's absolute maximum is one defect, also where a NaN makes every byte
+    0x7F: inputs read from the poisoned bytes around a tensor give the same 0x7F, so a placement model that
+    fits such a Case must also fit it with its values re-drawn."""
+    case = _case(k_scale=Scale("none"), overrides=overrides)
+    keys = [f.key for f in Diagnoser(_impl(_none_scale_dynamic), CPU).diagnose(case)]
+    assert keys == ["scale:dynamic@scale-kind:none"], keys
+
+
+def _padding_first_wins(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """Padding written to slot 0, the first padding token landing last (as a GPU may order racing writes)."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    pad = [t for t, s in enumerate(cache_loc.tolist()) if s < 0]
+    for t in reversed(pad):
+        naive_fp8_set_kv_buffer(k[t:t + 1], v[t:t + 1], k_cache, v_cache, torch.zeros_like(cache_loc[:1]),
+                                k_scale, v_scale, page_size, recipe=recipe)
+
+
+def test_padding_tokens_own_bytes_at_slot_0_are_the_padding_defect() -> None:
+    """Padding tokens at slot 0 in another order than the padding model's (which racing write lands is
+    undefined on a GPU) are whole tokens moved, all of them padding, all to slot 0: the padding defect."""
+    from conformance.diagnosis.classify import run_case
+    from conformance.diagnosis.effects import explain
+    case = _case(num_tokens=4, cache_loc=(5, -1, 9, -3))
+    expected, actual, error, before, _ = run_case(case, _impl(_padding_first_wins), CPU)
+    moved = explain(case, expected, actual, before, lambda: build(case, CPU), placement=False)
+    assert error is None and [e.key for e in moved] == ["padding:slot-0"], moved
+    keys = [f.key for f in Diagnoser(_impl(_padding_first_wins), CPU).diagnose(case)]
+    assert keys == ["padding:slot-0@padding"], keys
+
+
+def test_what_the_h200_showed_beside_one_misread_joins_it() -> None:
+    """Beside the one defect that misreads an argument's strides: what no model explains under that argument's
+    layout, a view past its storage raised on a call no replay tied to a trigger, and an example that failed
+    then passed (out-of-place memory changes between calls) are that defect."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_unrepeatable, _merge_misread_raise
+    host = "strides:cache-page-stride@strided-cache"
+    keys = [host, "wrong-bytes:unexplained@cache-layouts-differ+page-size+values", "state:unrepeatable",
+            "raises:RuntimeError: setStorage: sizes [N], strides [N] are out of bounds for storage of size N",
+            "raises:ValueError@heads-not-pow2"]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+    _merge_misread_raise(groups)
+    _attribute_unrepeatable(groups)
+    assert sorted(groups) == ["raises:ValueError@heads-not-pow2", host], sorted(groups)
+    two = {k: [(k, Finding(k.split(":")[0], k, k))] for k in ("strides:other-cache@cache-layouts-differ",
+                                                             "strides:inputs-ignored@strided-input",
+                                                             "wrong-bytes:unexplained@cache-layouts-differ+"
+                                                             "strided-input", "state:unrepeatable")}
+    _merge_misread_raise(two)
+    _attribute_unrepeatable(two)
+    assert len(two) == 4, sorted(two)  # two hosts: nothing to choose between
+
+
+def test_a_probe_failure_that_passes_on_replay_is_one_finding(tmp_path, monkeypatch) -> None:
+    """A capability probe's byte classes (sign of zero, encoding, outside) from a call that passes when
+    replayed are one failure no replay explains, which the report can give to the run's one defect."""
+    from conformance.artifacts import save_failure
+    from conformance.diagnosis.classify import SAVED, Finding, classify_failure
+    monkeypatch.chdir(tmp_path)
+    impl = _impl(_reference)
+    saved = SAVED.search(save_failure(_case(), impl, "a race", final=True)).group(1)
+    exc = AssertionError("probe")
+    exc.kvfp8_findings = [Finding(c, k, k, case_file=saved).to_dict() for c, k in
+                          (("zero-sign", "zero-sign:minus"), ("encoding", "encoding:overflow-sign"),
+                           ("outside", "outside:padding"))]
+    found = classify_failure(exc, "test_capability", "capability_probes", {}, impl, CPU)
+    assert [f.key for f in found] == ["unclassified:no-repro"], [f.key for f in found]
+
+
+def test_one_exception_under_two_scale_kinds_is_one_defect() -> None:
+    """A kernel that takes V's scale kind from K's raises where the kinds differ: under a float scale in one
+    Case, a None one in another. One exception type, one defect; another type stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_scale_kind_raises
+    keys = ["raises:InterpreterError@scale-kind:float", "raises:InterpreterError@scale-kind:none",
+            "raises:TypeError@scale-kind:tensor0d"]
+    groups = {k: [(str(i), Finding("raises", k, k))] for i, k in enumerate(keys)}
+    _merge_scale_kind_raises(groups)
+    assert sorted(groups) == ["raises:InterpreterError@scale-kind:float", "raises:TypeError@scale-kind:tensor0d"]
+
+
+def _bf16(x: float) -> int:
+    return int(torch.tensor(x, dtype=torch.bfloat16).view(torch.int16)) & 0xFFFF
+
+
+def _scale_to_pow2(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """Each scale rounded up to a power of two first (a UE8M0 scale's ceil, applied to a per-tensor scale)."""
+    def up(s):
+        value = 1.0 if s is None else float(s)
+        return 2.0 ** math.ceil(math.log2(value))
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, up(k_scale), up(v_scale), page_size, recipe=recipe,
+                            checked=checked)
+
+
+def _e5m2_unsaturated(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                      *, recipe="unfused", checked=False):
+    """e5m2 written by a cast without saturation: ±inf past 57344 where the recipe saturates."""
+    from kernel.reference import quantize
+    fmt = "fp8_e5m2" if k_cache.dtype == torch.float8_e5m2 else "fp8_e4m3"
+    nosat = dataclasses.replace(get_recipe(recipe), overflow="nan") if fmt == "fp8_e5m2" else get_recipe(recipe)
+    ps = page_size if k_cache.dim() == 4 else 1
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        value = 1.0 if s is None else float(s)
+        q = quantize(x.reshape(x.shape[0], cache.shape[-2], cache.shape[-1]), ScaleArg("float", value, None), nosat,
+                     fmt)
+        out = cache.view(torch.uint8)
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < cache.shape[0] * ps:
+                out[slot // ps, slot % ps] = q[t]
+
+
+def _or_into_old(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                 recipe="unfused", checked=False):
+    """The new bytes ORed into the slot's old ones (a packed-bits store reused on a cache never zeroed)."""
+    old = [c.view(torch.uint8).clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for cache, before in zip((k_cache, v_cache), old):
+        b = cache.view(torch.uint8)
+        b.copy_(b | before)  # outside the written slots b is before: a no-op there
+
+
+@pytest.mark.parametrize("fn, changes, key", [
+    (_scale_to_pow2, {}, "scale:power-of-two@any"),
+    (_e5m2_unsaturated, {"cache_dtype": "float8_e5m2", "cache_format": "fp8_e5m2", "recipe": "divide",
+                         "overrides": (Override("k", 1, _bf16(30000.0), "past"),)}, "encoding:overflow-inf@cache-e5m2"),
+    (_or_into_old, {}, "storage:or-old@any"),
+], ids=["scale-power-of-two", "e5m2-overflow-inf", "or-old"])
+def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, key) -> None:
+    """Classes the eighth session's blind batches showed (docs/results/heldout-cpu-2026-12-05-b.md)."""
+    case = _case(**changes)
+    keys = [f.key for f in Diagnoser(_impl(fn, case.recipe), CPU).diagnose(case)]
+    assert keys == [key], keys

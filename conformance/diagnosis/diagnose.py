@@ -330,16 +330,20 @@ class Diagnoser:
         """A placement model read off a minimal Case of one or two tokens may fit it by chance: padding that
         drops every later token reads as an int64 cache_loc's int32 words when the second word of -1 is -1
         again. So the Case is replayed with two more tokens (each on a page of its own), after its tokens and
-        before them (a kernel that sorts the slots, not the rows, wrote (0, -1) as padding to slot 0); where
-        such a call is wrong too, the effect or an alternative must explain it, or the minimal Case is explained
-        again without the refuted ones."""
+        before them (a kernel that sorts the slots, not the rows, wrote (0, -1) as padding to slot 0), and
+        without its NaNs and infinities; where such a call is wrong too, the effect or an alternative must explain
+        it, or the minimal Case is explained again without the refuted ones."""
         keys = [effect.key, *effect.alternatives]
         if self.device.type == "cuda" and effect.key.startswith(("padding:", "out-of-range:")):
             # Such a model sends tokens to a slot a real token writes too, and on a GPU which of them lands is
             # undefined: a larger call can land the other way (seen on the H200 for padding at slot 0).
             return effect
-        for before in (False, True):
-            variant = resized(case, "tokens", case.num_tokens + 2, from_end=before)
+        variants = [resized(case, "tokens", case.num_tokens + 2, from_end=before) for before in (False, True)]
+        finite = tuple(o for o in case.overrides if o.label.lstrip("+-") not in ("nan", "inf"))
+        if finite != case.overrides:  # and without its NaNs and infinities: where a NaN makes every byte 0x7F (a
+            variants.append(case.replace(overrides=finite))  # scale made from the data), inputs read from the
+            # poison around a tensor (quiet NaNs) fit by chance
+        for variant in variants:
             r = self.replay(variant)
             if r is None or r.error or not r.symptoms:
                 continue
