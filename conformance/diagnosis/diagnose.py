@@ -15,6 +15,7 @@ Replays are cached by Case, and only failing Cases of a run are diagnosed (a few
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from conformance.diagnosis.effects import (
 from conformance.impls import Implementation
 from strategies.build import Built, build
 from strategies.case import Case, Layout, Scale
-from strategies.fp import f32
+from strategies.fp import f32, from_bits
 
 #: Scales that tell value explanations apart: not 1.0, not each other's or their reciprocals, and not
 #: exact in bf16 or fp16 (a recipe that first rounds the scale to the input dtype differs there).
@@ -339,7 +340,7 @@ class Diagnoser:
             # undefined: a larger call can land the other way (seen on the H200 for padding at slot 0).
             return effect
         variants = [resized(case, "tokens", case.num_tokens + 2, from_end=before) for before in (False, True)]
-        finite = tuple(o for o in case.overrides if o.label.lstrip("+-") not in ("nan", "inf"))
+        finite = tuple(o for o in case.overrides if math.isfinite(from_bits(o.bits, case.input_dtype)))
         if finite != case.overrides:  # and without its NaNs and infinities: where a NaN makes every byte 0x7F (a
             variants.append(case.replace(overrides=finite))  # scale made from the data), inputs read from the
             # poison around a tensor (quiet NaNs) fit by chance
