@@ -1259,8 +1259,9 @@ def _none_scale_dynamic(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale
                             recipe=recipe, checked=checked)
 
 
-@pytest.mark.parametrize("overrides", [(), (Override("k", 0, 0x7FC0, "+nan"), Override("k", 1, 0x7F80, "+inf"))],
-                         ids=["ordinary", "nan-and-inf"])
+@pytest.mark.parametrize("overrides", [
+    (), (Override("k", 0, 0x7F81, "signalling NaN"), Override("k", 1, 0x7F80, "+inf")),
+], ids=["ordinary", "nan-and-inf"])
 def test_a_scale_made_from_the_data_is_one_defect(overrides) -> None:
     """A scale computed from the tensor's absolute maximum is one defect, also where a NaN makes every byte
     0x7F: inputs read from the poisoned bytes around a tensor give the same 0x7F, so a placement model that
