@@ -1351,10 +1351,11 @@ def _bf16(x: float) -> int:
 
 def _scale_to_pow2(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
                    recipe="unfused", checked=False):
-    """Each scale rounded up to a power of two first (a UE8M0 scale's ceil, applied to a per-tensor scale)."""
+    """Each scale rounded up to a power of two first (a UE8M0 scale's ceil, applied to a per-tensor scale), by a
+    bit trick on the exponent field: a subnormal scale becomes 2**-126."""
     def up(s):
         value = 1.0 if s is None else float(s)
-        return 2.0 ** math.ceil(math.log2(value))
+        return max(2.0 ** math.ceil(math.log2(value)), 2.0**-126)
     naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, up(k_scale), up(v_scale), page_size, recipe=recipe,
                             checked=checked)
 
@@ -1388,10 +1389,11 @@ def _or_into_old(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, 
 
 @pytest.mark.parametrize("fn, changes, key", [
     (_scale_to_pow2, {}, "scale:power-of-two@any"),
+    (_scale_to_pow2, {"v_scale": Scale("tensor1", 1e-40)}, "scale:power-of-two@any"),
     (_e5m2_unsaturated, {"cache_dtype": "float8_e5m2", "cache_format": "fp8_e5m2", "recipe": "divide",
                          "overrides": (Override("k", 1, _bf16(30000.0), "past"),)}, "encoding:overflow-inf@cache-e5m2"),
     (_or_into_old, {}, "storage:or-old@any"),
-], ids=["scale-power-of-two", "e5m2-overflow-inf", "or-old"])
+], ids=["scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old"])
 def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, key) -> None:
     """Classes the eighth session's blind batches showed (docs/results/heldout-cpu-2026-12-05-b.md)."""
     case = _case(**changes)

@@ -765,7 +765,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     yield "scale:dynamic", lambda: _dynamic(rows, held)
     own = _scale_value(rows.scale)
     if 0 < own < float("inf") and math.frexp(own)[0] != 0.5:  # not a power of two already
-        yield "scale:power-of-two", lambda: [rows.q(r, 2.0 ** math.ceil(math.log2(own))) for r in RECIPES]
+        # 2**ceil(log2 s); below fp32's normal range, a bit trick on the exponent field gives 2**-126
+        ups = {2.0 ** math.ceil(math.log2(own)), max(2.0 ** math.ceil(math.log2(own)), FP32_TINY)}
+        yield "scale:power-of-two", lambda: [rows.q(r, up) for r in RECIPES for up in sorted(ups)]
     if case.cache_format == "fp8_e5m2":  # e5m2 has infinities: a cast without saturation writes them
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
     yield "storage:or-old", lambda: _or_old(rows, held)
