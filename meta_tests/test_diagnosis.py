@@ -789,9 +789,8 @@ def _fnuz_own_nan(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,
     kc, vc = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     naive_fp8_set_kv_buffer(k, v, kc, vc, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked,
                             cache_dtype="fp8_e4m3fnuz")
-    for s in {s for s in cache_loc.tolist() if 0 <= s < kc.shape[0] * page_size}:
-        for c in (kc, vc):
-            row = c[s // page_size, s % page_size]
+    for c in (kc, vc):
+        for row in _written_bytes(c, cache_loc, page_size):
             row[row == 0x80] = 0x7F  # fnuz's NaN byte; fnuz has no -0, so nothing else is 0x80
 
 
@@ -1299,21 +1298,26 @@ def test_what_the_h200_showed_beside_one_misread_joins_it() -> None:
     layout, a view past its storage raised on a call no replay tied to a trigger, and an example that failed
     then passed (out-of-place memory changes between calls) are that defect."""
     from conformance.diagnosis.classify import Finding
-    from conformance.diagnosis.report import _attribute_unrepeatable, _merge_misread_raise
+    from conformance.diagnosis.report import (
+        _attribute_unrepeatable,
+        _merge_misread_raise,
+        _merge_misread_unexplained,
+        _merge_storage_raise,
+    )
     host = "strides:cache-page-stride@strided-cache"
     keys = [host, "wrong-bytes:unexplained@cache-layouts-differ+page-size+values", "state:unrepeatable",
             "raises:RuntimeError: setStorage: sizes [N], strides [N] are out of bounds for storage of size N",
             "raises:ValueError@heads-not-pow2"]
     groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
-    _merge_misread_raise(groups)
-    _attribute_unrepeatable(groups)
+    for merge in (_merge_misread_raise, _merge_misread_unexplained, _merge_storage_raise, _attribute_unrepeatable):
+        merge(groups)
     assert sorted(groups) == ["raises:ValueError@heads-not-pow2", host], sorted(groups)
     two = {k: [(k, Finding(k.split(":")[0], k, k))] for k in ("strides:other-cache@cache-layouts-differ",
                                                              "strides:inputs-ignored@strided-input",
                                                              "wrong-bytes:unexplained@cache-layouts-differ+"
                                                              "strided-input", "state:unrepeatable")}
-    _merge_misread_raise(two)
-    _attribute_unrepeatable(two)
+    for merge in (_merge_misread_raise, _merge_misread_unexplained, _merge_storage_raise, _attribute_unrepeatable):
+        merge(two)
     assert len(two) == 4, sorted(two)  # two hosts: nothing to choose between
 
 

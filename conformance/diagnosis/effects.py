@@ -1169,7 +1169,7 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         moved = model(case, expected, actual, before)  # value defect by chance
         keys = [] if moved is None else [k for k in (moved.key, *moved.alternatives) if k not in exclude]
         if keys:
-            return [moved if keys[0] == moved.key else Effect(keys[0], TITLES[keys[0]], moved.detail,
+            return [moved if keys[0] == moved.key else Effect(keys[0], title_of(keys[0]), moved.detail,
                                                               alternatives=keys[1:])]
     outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
                   for w in CACHES)

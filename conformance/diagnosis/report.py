@@ -288,6 +288,8 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_wider(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _merge_misread_raise(groups)
+    _merge_misread_unexplained(groups)
+    _merge_storage_raise(groups)
     _attribute_unrepeatable(groups)
     _merge_scale_kind_raises(groups)
     _attribute_row_findings(groups, nodes)
@@ -739,22 +741,33 @@ def _merge_misread_raise(groups: Groups) -> None:
                 _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (where that argument's layout cannot be "
                                                                           "reinterpreted)"))
             break
-    # What no model explains under that argument's layout (a graph replay of a cache read with a page stride
-    # of its own making, on the H200) is the same misread, seen where its model could not be replayed.
+
+
+#: Every effect that reinterprets an argument's memory.
+MISREADS = tuple(e for _, effects in MISREAD_BY_LAYOUT for e in effects)
+
+
+def _merge_misread_unexplained(groups: Groups) -> None:
+    """What no model explains under the layout of an argument that the run's one defect misreads is that
+    misread, seen where its model could not be replayed (a graph replay of a cache read with a page stride of
+    its own making, on the H200)."""
     for key in [k for k in groups if same_effect(k) == "unexplained" and trigger_set(k)]:
         hosts = sorted({h for layouts, effects in MISREAD_BY_LAYOUT if trigger_set(key) & layouts
                         for h in groups if h != key and same_effect(h).startswith(effects)})
         if len(hosts) == 1:
             _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (nothing explains it; under the layout of "
                                                                     "the argument that defect misreads)"))
-    # A view past its storage (torch's "out of bounds for storage", from as_strided) on a call no replay could
-    # tie to a trigger (inputs past 2**31 elements) is the one misread of an argument's strides.
-    misreads = tuple(e for _, effects in MISREAD_BY_LAYOUT for e in effects)
-    hosts = [k for k in groups if same_effect(k).startswith(misreads)]
+
+
+def _merge_storage_raise(groups: Groups) -> None:
+    """A view past its storage (torch's "out of bounds for storage", from as_strided) raised on a call no replay
+    could tie to a trigger (inputs past 2**31 elements) is the run's one misread of an argument's strides."""
+    hosts = [k for k in groups if same_effect(k).startswith(MISREADS)]
+    if len(hosts) != 1:
+        return
     for key in [k for k in groups if class_of(k) == "raises" and not trigger_set(k)
                 and "out of bounds for storage" in k]:
-        if len(hosts) == 1:
-            _move(groups, key, lambda _n, _f: (hosts[0], " (a view past its storage: the misread strides)"))
+        _move(groups, key, lambda _n, _f: (hosts[0], " (a view past its storage: the misread strides)"))
 
 
 def _merge_scale_kind_raises(groups: Groups) -> None:
@@ -765,7 +778,7 @@ def _merge_scale_kind_raises(groups: Groups) -> None:
     for key in groups:
         dims = trigger_set(key)
         if class_of(key) == "raises" and len(dims) == 1 and next(iter(dims)).startswith("scale-kind:"):
-            by_type.setdefault(key.split("@", 1)[0], []).append(key)
+            by_type.setdefault(same_effect(key), []).append(key)
     for keys in by_type.values():
         host, *rest = sorted(keys)
         for key in rest:
