@@ -1403,3 +1403,45 @@ def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, 
     case = _case(**changes)
     keys = [f.key for f in Diagnoser(_impl(fn, case.recipe), CPU).diagnose(case)]
     assert keys == [key], keys
+
+
+def test_what_nothing_explains_joins_the_runs_one_explained_defect_whatever_its_trigger() -> None:
+    """A new class shows as its nearest model under one trigger and as nothing explained under another (bytes
+    ORed into the old ones read as slots left unwritten where the old bytes were zero): one defect. A raise is
+    not counted as a host, and two explained defects keep what nothing explains apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_unexplained
+
+    def after(keys: list[str]) -> list[str]:
+        groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+        _attribute_unexplained(groups)
+        return sorted(groups)
+    one = ["wrong-slot:unwritten@scale-value+values", "wrong-bytes:unexplained@plain", "raises:IndexError@padding",
+           "validation:accepted"]
+    assert after(one) == ["raises:IndexError@padding", "validation:accepted", "wrong-slot:unwritten@scale-value+values"]
+    assert after(["wrong-slot:unexplained@out-of-range+padding", "wrong-slot:unexplained@padding"]) == [
+        "wrong-slot:unexplained@padding"]
+    two = ["scale:ignored@scale-kind:float", "wrong-slot:tokens-moved@plain", "wrong-bytes:unexplained@values"]
+    assert after(two) == sorted(two)
+
+
+def _chunk_rows_not_advanced(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                             use_triton=True, *, recipe="unfused", checked=False):
+    """A loop over chunks of 256 tokens that advances the slots and not the rows: token t >= 256 writes the
+    row of token t % 256 (the rows of the first chunk, again)."""
+    rows = torch.arange(k.shape[0]) % 256
+    _reference(k[rows], v[rows], k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+@settings(max_examples=1, deadline=None, database=None)
+@given(data=st.data())
+def test_the_many_tokens_row_finds_a_chunk_past_256_and_names_t(data) -> None:
+    """The properties draw T <= 16 on the CPU: the many-tokens row's Case (528 tokens) shows a chunk loop's
+    defect, and probing T names it (256 and fewer tokens right)."""
+    from conformance.diagnosis.capabilities import MANY_TOKENS, ROWS
+    row = next(r for r in ROWS if r.id == "many-tokens")
+    case = row.transform(_case(), data.draw)
+    assert case.num_tokens == MANY_TOKENS
+    keys = [f.key for f in Diagnoser(_impl(_chunk_rows_not_advanced), CPU).diagnose(case)]
+    assert len(keys) == 1 and keys[0].endswith("@tokens-above:256"), keys

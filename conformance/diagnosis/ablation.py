@@ -349,6 +349,8 @@ BY_NAME = {a.name: a for a in (*ABLATIONS, SLOTS_UNSORTED)}
 SIZE_PROBES = {"heads": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
                "dim": (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256),
                "tokens": (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)}
+#: Probed besides, below a Case's own T: the tiles and chunks of a many-token Case.
+LARGE_TOKEN_PROBES = (128, 256, 512)
 _LETTER = {"heads": "H", "dim": "D", "tokens": "T"}
 
 
@@ -382,7 +384,8 @@ def _size_rules(attr: str) -> list[SizeRule]:
             *(SizeRule(f"{attr}-below:{m}", attr, f"only when {n} is below {m}", lambda x, m=m: x < m)
               for m in (64, 32, 16, 8, 4, 2)),
             *(SizeRule(f"{attr}-above:{m}", attr, f"only when {n} is above {m}", lambda x, m=m: x > m)
-              for m in (4, 8, 16, 32, 64, 128, 1))]  # above 1 last: only H probes 1 (heads in the wrong order)
+              # above 1 last: only H probes 1 (heads in the wrong order)
+              for m in (4, 8, 16, 32, 64, 128, 256, 512, 1))]
 
 
 SIZE_RULES = {r.name: r for attr in SIZE_PROBES for r in _size_rules(attr)}

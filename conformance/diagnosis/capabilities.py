@@ -45,6 +45,8 @@ class InputClass:
     tests: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = ()  # (module, test, params) deciding it
     group: str = "input classes"
     needs: str = ""  # "cuda": decided by tests that only run on CUDA
+    examples: int | None = None  # probe rows: at most this many examples (default: the run's)
+    shrink: bool = True  # probe rows: whether Hypothesis shrinks a failure (the diagnosis minimizes anyway)
     facts: dict = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -86,6 +88,22 @@ def _padding(case: Case, draw: Draw) -> Case:
     for t in _tokens(case, draw):
         loc[t] = draw(sampled((-1, -2, -1000, INT_MIN[case.loc_dtype])))
     return case.replace(cache_loc=tuple(loc))
+
+
+#: Tokens of the many-tokens row: 512 + 16, the tile tail of sglang#15522, past every power-of-two tile or
+#: chunk from 32 to 512 by 16 tokens (the properties draw T <= 16 on the CPU).
+MANY_TOKENS = 528
+
+
+def _many_tokens(case: Case, draw: Draw) -> Case:
+    """MANY_TOKENS tokens at consecutive slots from a drawn one (wrapping), H <= 2 and D <= 16: the
+    interpreter's cost is per program instance and per element."""
+    t = MANY_TOKENS
+    pages = -(-(t + draw(st.integers(0, 16))) // case.page_size)
+    n = pages * case.page_size
+    start = draw(st.integers(0, n - 1))
+    return case.replace(num_tokens=t, num_heads=min(case.num_heads, 2), head_dim=min(case.head_dim, 16),
+                        num_pages=pages, cache_loc=tuple((start + i) % n for i in range(t)))
 
 
 def _out_of_range(case: Case, draw: Draw) -> Case:
@@ -174,6 +192,8 @@ def _rows() -> list[InputClass]:
             rows.append(InputClass(f"{which}-{kind}", f"{which} {KIND_TITLES[kind]} ({other} as in the plain call)",
                                    _scale(which, kind)))
     rows.append(InputClass("empty", "T = 0 (an empty batch)", _empty))
+    rows.append(InputClass("many-tokens", f"T = {MANY_TOKENS} (past tiles and chunks of 32 to 512 tokens)",
+                           _many_tokens, examples=2, shrink=False))
     rows.append(InputClass("per-head-scales", "per-head scales: a [H] float32 k_scale or v_scale (vllm#30141)",
                            tests=(("test_per_head", "*", ()),)))
     # Decided by the properties that hold an implementation to e5m2 bytes; they skip (not applicable) for one
@@ -257,9 +277,11 @@ def _fail(impl: Implementation, row: InputClass, case: Case, findings: list[Find
 def probe(row: InputClass, impl: Implementation, device: torch.device, examples: int) -> None:
     """Run `examples` Cases of the row; raise ProbeFailure(s) for the defects found, each shrunk."""
     strategy = row_cases(row, impl, device)
+    examples = min(examples, row.examples or examples)
 
     @settings(max_examples=examples, derandomize=True, database=None, deadline=None, report_multiple_bugs=True,
-              phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck), print_blob=False)
+              phases=(Phase.generate, Phase.shrink) if row.shrink else (Phase.generate,),
+              suppress_health_check=list(HealthCheck), print_blob=False)
     @given(case=strategy)
     def run(case: Case) -> None:
         reason = impl.convention.why_not(case)

@@ -26,6 +26,7 @@ from conformance.diagnosis.ablation import (
     ABLATIONS,
     BIG_CACHE_BYTES,
     BY_NAME,
+    LARGE_TOKEN_PROBES,
     SIZE_PROBES,
     SLOTS_UNSORTED,
     Ablation,
@@ -251,7 +252,8 @@ class Diagnoser:
     def _size_rule(self, case: Case, symptom: str, attr: str) -> SizeRule | None:
         own = size_of(case, attr)
         outcomes = {own: True}
-        for n in SIZE_PROBES[attr]:
+        larger = tuple(n for n in LARGE_TOKEN_PROBES if n < own) if attr == "tokens" else ()
+        for n in SIZE_PROBES[attr] + larger:
             variant = resized(case, attr, n)
             failed = None if n == own else self._fails_alike(variant, symptom)
             if failed is False:

@@ -162,7 +162,8 @@ ROW_TRIGGERS = {"not-pow2": "dim-not-pow2+heads-not-pow2", "input-2d": "input-2d
                 "cache-4d": "page-size", "cache-uint8": "cache-uint8", "loc-int32": "loc-int32",
                 "input-fp32": "input-float32", "padding": "padding", "out-of-range": "out-of-range",
                 "strided-inputs": "strided-input+strided-loc", "strided-caches": "strided-cache",
-                "special-values": "special-values", "empty": "empty-batch", "format-alias": "format-alias",
+                "special-values": "special-values", "empty": "empty-batch", "many-tokens": "many-tokens",
+                "format-alias": "format-alias",
                 **{f"{w}-{kind}": f"scale-kind:{kind}" for w in ("k_scale", "v_scale")
                    for kind in ("none", "float", "tensor0d")}}
 
@@ -299,8 +300,9 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_combined(groups)
     _merge_skipped_tokens(groups)
     _attribute_to_plain_call(groups)
-    _attribute_to_the_one_defect(groups)
     _merge_encoding(groups)
+    _attribute_unexplained(groups)
+    _attribute_to_the_one_defect(groups)
     if fresh is not None:
         _merge_history(groups, fresh)
     order = sorted(groups, key=lambda k: (list(CLASS_TITLES).index(class_of(k)) if class_of(k) in CLASS_TITLES
@@ -636,6 +638,24 @@ def _attribute_to_plain_call(groups: Groups) -> None:
     for key in [k for k in groups if same_effect(k) == "unexplained" and k != hosts[0]]:
         _move(groups, key, lambda _n, _f: (hosts[0], " (nothing explains it; the run's one defect on the plain "
                                                       "call)"))
+
+
+def _attribute_unexplained(groups: Groups) -> None:
+    """What no model explains names no cause of its own: where the run has at most one defect outside the
+    argument contract that a model names (raises, crashes and changed inputs are not counted: they say nothing
+    of the bytes), every unexplained diff is listed under it, or, with none, under the unexplained diff of the
+    fewest trigger dimensions. A new class of defect shows as its nearest model under one trigger and as
+    nothing explained under another (held-out kernels: ORed bytes, fnuz bytes beside their own NaN byte, a
+    scale rounded up to a power of two); two defects that no model names would be reported as one."""
+    unexplained = [k for k in groups if same_effect(k) == "unexplained"]
+    hosts = [k for k in groups if class_of(k) not in ("validation", "state", "unclassified") and not _symptom_only(k)
+             and k not in UNDIAGNOSED and k not in UNREPRODUCED]
+    if not unexplained or len(hosts) > 1:
+        return
+    host = hosts[0] if hosts else min(unexplained, key=lambda k: (len(trigger_set(k)), k))
+    why = " (nothing explains it; the run's one explained defect)" if hosts else " (nothing explains it either)"
+    for key in [k for k in unexplained if k != host]:
+        _move(groups, key, lambda _n, _f: (host, why))
 
 
 def _merge_skipped_tokens(groups: Groups) -> None:
