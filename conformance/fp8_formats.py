@@ -33,7 +33,7 @@ from conformance.test_compile import (
     op_args,
 )
 from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns, pattern_case
-from conformance.test_per_head import _per_head, _skip_unless_per_head
+from conformance.test_per_head import _per_head, _skip_unless_per_head, per_tensor_twin
 from kernel.custom_op import fused_fp8_set_kv_buffer_op
 from kernel.recipe import RECIPES
 from strategies.build import build
@@ -241,11 +241,12 @@ def check_per_head(data, impl: Implementation, device: torch.device, recipes: tu
     run_reference(case, device, expected)
     actual, error = run_impl(case, target, device, _per_head(build(case, device), "k_scale", values, step))
     if error:
-        fail(target, f"raises on a valid {fmt.says} call with per-head k_scale {list(values)}:", error)
+        fail(target, f"raises on a valid {fmt.says} call with per-head k_scale {list(values)}:",
+             f"{error}\n{per_tensor_twin(case, {'k_scale': values}, step)}")
     report = compare_caches(expected, actual)
     if report:
         fail(target, f"differs from the reference on an {fmt.says} cache with per-head k_scale {list(values)} "
-                     f"(recipe {case.recipe}):", report)
+                     f"(recipe {case.recipe}):", f"{report}\n{per_tensor_twin(case, {'k_scale': values}, step)}")
 
 
 def check_uint8_alone_is_e4m3(edges: tuple[Edge, ...], impl: Implementation, device: torch.device,

@@ -15,6 +15,7 @@ failure files: a Case holds one scale per cache, so the report quotes the per-he
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -47,6 +48,16 @@ def _per_head(built: Built, name: str, values: tuple[float, ...], step: int) -> 
 variant_settings = share(2)
 
 
+def per_tensor_twin(case: Case, values: dict[str, tuple[float, ...]], step: int) -> str:
+    """The line a per-head failure ends with: its [H] scales, and the same call with the Case's own per-tensor
+    scales, which the report replays (conformance/diagnosis/classify.py): where that fails too, the defect is
+    not the per-head scales' and is diagnosed as every other Case is; where it passes, the report tries the
+    wrong readings of the [H] scales (conformance/diagnosis/per_head.py)."""
+    scales = json.dumps({"values": {k: list(v) for k, v in values.items()}, "step": step})
+    return f"per-head scales: {scales}; per-tensor twin (the same call, one scale a cache), case: " \
+           f"{json.dumps(case.to_dict())}"
+
+
 def _skip_unless_per_head(impl) -> None:
     if not impl.convention.per_head_scales:
         pytest.skip(f"the {impl.convention.name} convention passes no per-head scales (a [H] k_scale/v_scale)")
@@ -69,11 +80,12 @@ def test_per_head_scales_are_bit_exact(data, impl, device, recipes):
     actual, error = run_impl(case, impl, device, actual)
     given_scales = "; ".join(f"{name}[h] = {list(vals)} (stride {step})" for name, vals in values.items())
     if error:
-        fail(impl, f"raises on a valid call with per-head scales ({given_scales}):", error)
+        fail(impl, f"raises on a valid call with per-head scales ({given_scales}):",
+             f"{error}\n{per_tensor_twin(case, values, step)}")
     report = compare_caches(expected, actual)
     if report:
         fail(impl, f"differs from the reference with per-head scales ({given_scales}; recipe {case.recipe}):",
-             report)
+             f"{report}\n{per_tensor_twin(case, values, step)}")
     for name, before in scales_before.items():
         if not torch.equal(getattr(actual, name)._base.view(torch.int32), before.view(torch.int32)):
             fail(impl, f"modified its input {name} (a per-head scale tensor, {given_scales}):",

@@ -219,3 +219,78 @@ def test_an_exhaustive_failure_saves_its_case_and_replays(tmp_path, monkeypatch)
     assert "the same as the recorded one" in out.getvalue(), out.getvalue()
     findings = _findings(info.value, "test_exhaustive", impl, {"dtype": "bfloat16", "recipe": "single"})
     assert findings and all(f.case_file == str(path) and f.replayable for f in findings), findings
+
+
+# -- a per-head failure whose cause is not the per-head scales --------------------------------------------------
+
+def padding_wraps_per_head(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """examples/vllm_divide.py (per-head scales accepted) whose padding slot -1 wraps to the last slot."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    slots = key_cache.shape[0] * key_cache.shape[1]
+    reshape_and_cache_flash(key, value, key_cache, value_cache, torch.where(slot_mapping == -1, slots - 1,
+                                                                             slot_mapping),
+                            kv_cache_dtype, k_scale, v_scale)
+
+
+def _per_head_message(impl: Implementation, case: Case, values: dict, step: int) -> ConformanceFailure:
+    from conformance.test_per_head import per_tensor_twin
+    return ConformanceFailure(f"{impl.name}: differs from the reference with per-head scales ({values}):\n"
+                              f"expected 0x00 actual 0x38 at view ...\n{per_tensor_twin(case, values, step)}")
+
+
+def _per_head_impl(fn) -> Implementation:
+    from conformance.conventions import get_convention
+    return Implementation(fn.__name__, fn, convention=get_convention("vllm-per-head"))
+
+
+_PER_HEAD_CASE = Case(num_tokens=2, num_heads=3, head_dim=8, page_size=4, num_pages=2, cache_loc=(1, -1),
+                      k_scale=Scale("tensor1", 0.5), v_scale=Scale("tensor1", 0.5), recipe="divide")
+
+
+def test_a_per_head_failure_that_its_per_tensor_twin_shows_is_diagnosed_as_the_twin(tmp_path, monkeypatch):
+    """Padding that wraps fails the per-head property too (its Cases draw padding); the report replays the same
+    call with per-tensor scales, and where that fails the per-head failure is the twin's defect, keyed by its
+    trigger, not a second defect `scale:per-head`. Where the twin passes and no wrong reading of the [H] scale
+    explains the bytes, it is `scale:per-head`."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(padding_wraps_per_head)
+    values = {"k_scale": (0.5, 2.0, 0.3)}
+    [finding] = _findings(_per_head_message(impl, _PER_HEAD_CASE, values, 1), "test_per_head", impl)
+    assert finding.key == "padding:wraps-to-end@padding", finding
+    plain = _PER_HEAD_CASE.replace(cache_loc=(1, 0))
+    [finding] = _findings(_per_head_message(impl, plain, values, 1), "test_per_head", impl)
+    assert finding.key == "scale:per-head", finding
+
+
+def _misread(read):
+    def kernel(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+        from examples.vllm_divide import reshape_and_cache_flash
+        reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                                read(k_scale), read(v_scale))
+    return kernel
+
+
+def _first_head(s):
+    return s[:1] if s.numel() > 1 else s
+
+
+def _heads_reversed(s):
+    return s.flip(0) if s.numel() > 1 else s
+
+
+def _as_contiguous(s):
+    return torch.as_strided(s, s.shape, (1,)) if s.numel() > 1 else s
+
+
+@pytest.mark.parametrize(("read", "key", "step"), [(_first_head, "scale:per-head-first", 1),
+                                                   (_heads_reversed, "scale:per-head-reversed", 1),
+                                                   (_as_contiguous, "scale:per-head-stride-ignored", 2)])
+def test_a_per_head_scale_read_wrong_is_named_by_how(read, key, step, tmp_path, monkeypatch):
+    """The twin passes (one scale a cache is read right); the [H] scale read as one head's, in reverse, or as
+    if contiguous gives every wrong byte of the reference with those scales: the cause, named."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_misread(read))
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0))
+    values = {"v_scale": (0.5, 2.0, 0.3)}
+    [finding] = _findings(_per_head_message(impl, case, values, step), "test_per_head", impl)
+    assert finding.key == key, finding

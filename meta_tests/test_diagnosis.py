@@ -1421,6 +1421,11 @@ def test_what_nothing_explains_joins_the_runs_one_explained_defect_whatever_its_
     assert after(one) == ["raises:IndexError@padding", "validation:accepted", "wrong-slot:unwritten@scale-value+values"]
     assert after(["wrong-slot:unexplained@out-of-range+padding", "wrong-slot:unexplained@padding"]) == [
         "wrong-slot:unexplained@padding"]
+    exhaustive = {"wrong-bytes:unexplained@plain": "conformance/test_exhaustive.py::test_all_patterns[x]",
+                  "wrong-bytes:unexplained@dim-above:128": "conformance/test_bit_exact.py::test_bit_exact[x]"}
+    groups = {k: [(t, Finding("wrong-bytes", k, k))] for k, t in exhaustive.items()}
+    _attribute_unexplained(groups)  # an exhaustive Case's sizes are not probed: the other one is the host
+    assert sorted(groups) == ["wrong-bytes:unexplained@dim-above:128"], sorted(groups)
     two = ["scale:ignored@scale-kind:float", "wrong-slot:tokens-moved@plain", "wrong-bytes:unexplained@values"]
     assert after(two) == sorted(two)
 
@@ -1445,3 +1450,24 @@ def test_the_many_tokens_row_finds_a_chunk_past_256_and_names_t(data) -> None:
     assert case.num_tokens == MANY_TOKENS
     keys = [f.key for f in Diagnoser(_impl(_chunk_rows_not_advanced), CPU).diagnose(case)]
     assert len(keys) == 1 and keys[0].endswith("@tokens-above:256"), keys
+
+
+def test_a_per_head_failure_no_reading_explains_joins_the_one_that_names_it() -> None:
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_per_head
+    keys = ["scale:per-head", "scale:per-head-first", "validation:accepted"]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+    _merge_per_head(groups)
+    assert sorted(groups) == ["scale:per-head-first", "validation:accepted"], sorted(groups)
+
+
+def test_an_exhaustive_tests_trigger_without_sizes_joins_the_same_effect_under_a_size_rule() -> None:
+    """An exhaustive test's Case keeps its shape (its values fill it): no size of it is probed, so its trigger
+    lacks the size rule the properties' Cases found (D above 128). Not the narrower trigger: the same defect."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_narrower
+    tests = {"wrong-bytes:unexplained@plain": "conformance/test_exhaustive.py::test_all_patterns[x]",
+             "wrong-bytes:unexplained@dim-above:128": "conformance/test_bit_exact.py::test_bit_exact[x]"}
+    groups = {k: [(t, Finding("wrong-bytes", k, k))] for k, t in tests.items()}
+    _merge_narrower(groups)
+    assert sorted(groups) == ["wrong-bytes:unexplained@dim-above:128"], sorted(groups)

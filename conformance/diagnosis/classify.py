@@ -857,10 +857,23 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return [Finding("wrong-slot", "wrong-slot:past-2^31", "wrong bytes or slots on caches above 2**31 bytes "
                         "(offsets computed in 32 bits?)", cell=cell, replayable=False)]
     if module == "test_per_head" or "per_head_scales" in test:  # e5m2's and fnuz's per-head tests too: a Case
-        # holds one scale a cache, so these are not replayed (not ablated)
+        # holds one scale a cache, so these are not replayed (not ablated); their per-tensor twin is: where it
+        # fails too, the per-head scales are not the cause (padding that wraps fails with any scale)
+        twin = case_in(message)
+        found = diagnosed_findings(twin, impl, device) if twin is not None else []
+        if found:
+            for f in found:
+                f.replayable = False
+                f.facts = {**f.facts, "symptom": "the same with per-head scales"}
+            return found
         if "raises on a valid call" in what:
             return [raised(message.split("\n", 1)[-1])]
-        return [Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale", replayable=False)]
+        from conformance.diagnosis.per_head import per_head_cause, per_head_scales
+        scales = per_head_scales(message)
+        cause = per_head_cause(twin, *scales, impl, device) if twin is not None and scales and impl and device \
+            else None
+        return [cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
+                                 replayable=False)]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
         found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays

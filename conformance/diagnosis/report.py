@@ -299,6 +299,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_graph(groups)
     _attribute_combined(groups)
     _merge_skipped_tokens(groups)
+    _merge_per_head(groups)
     _attribute_to_plain_call(groups)
     _merge_encoding(groups)
     _attribute_unexplained(groups)
@@ -402,12 +403,26 @@ def _merge_narrower(groups: Groups) -> None:
     """One effect under two triggers, one inside the other (E@uint8 and E@uint8+int32): one defect, under
     the narrower trigger; the wider one's extra dimensions came from a Case that needed them for its
     symptom, not from the cause."""
+    # An exhaustive test's Case keeps its shape, so its trigger never names a size: beside the same effect under
+    # that trigger and a size rule (`dim-above:128`), it is that one
+    for key in [k for k in groups if "@" in k and _exhaustive_only(groups[k])]:
+        sized = [k for k in groups if k != key and "@" in k and same_effect(k) == same_effect(key)
+                 and trigger_set(k) > trigger_set(key) and _unsized(groups[key], trigger_set(k) - trigger_set(key))]
+        if len(sized) == 1:
+            _move(groups, key, lambda _n, _f, host=sized[0]: (host, None))
     for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and same_effect(k) == same_effect(key)
-                    and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k)))]
+                    and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k)))
+                    and not _unsized(groups[k], trigger_set(key) - trigger_set(k))]
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
             _move(groups, key, lambda _n, _f, host=host: (host, None))
+
+
+def _unsized(pairs: list[tuple[str, Finding]], extra: frozenset[str]) -> bool:
+    """Whether the findings come from exhaustive tests alone and `extra` is size rules alone: dimensions their
+    Cases could not have found."""
+    return bool(extra) and all(d in SIZE_RULES for d in extra) and _exhaustive_only(pairs)
 
 
 #: Classes that say what happened, not why: a raise, a crash, bytes no model explains.
@@ -640,6 +655,10 @@ def _attribute_to_plain_call(groups: Groups) -> None:
                                                       "call)"))
 
 
+def _exhaustive_only(pairs: list[tuple[str, Finding]]) -> bool:
+    return all("test_exhaustive" in nodeid or "_all_patterns" in nodeid for nodeid, _ in pairs)
+
+
 def _attribute_unexplained(groups: Groups) -> None:
     """What no model explains names no cause of its own: where the run has at most one defect outside the
     argument contract that a model names (raises, crashes and changed inputs are not counted: they say nothing
@@ -652,10 +671,20 @@ def _attribute_unexplained(groups: Groups) -> None:
              and k not in UNDIAGNOSED and k not in UNREPRODUCED]
     if not unexplained or len(hosts) > 1:
         return
-    host = hosts[0] if hosts else min(unexplained, key=lambda k: (len(trigger_set(k)), k))
+    # With no explained host, the unexplained diff of the fewest trigger dimensions, one the properties found
+    # first: an exhaustive test's Case keeps its shape (its values fill it), so no size of it is probed
+    host = hosts[0] if hosts else min(unexplained, key=lambda k: (_exhaustive_only(groups[k]), len(trigger_set(k)), k))
     why = " (nothing explains it; the run's one explained defect)" if hosts else " (nothing explains it either)"
     for key in [k for k in unexplained if k != host]:
         _move(groups, key, lambda _n, _f: (host, why))
+
+
+def _merge_per_head(groups: Groups) -> None:
+    """A per-head failure no wrong reading of the [H] scale explained (`scale:per-head`: an e5m2 cache's, say)
+    beside the one that names how the [H] scale is misread is that one."""
+    named = [k for k in groups if k.startswith("scale:per-head-")]
+    if len(named) == 1 and "scale:per-head" in groups:
+        _move(groups, "scale:per-head", lambda _n, _f: (named[0], " (no reading named on this call)"))
 
 
 def _merge_skipped_tokens(groups: Groups) -> None:

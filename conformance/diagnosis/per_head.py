@@ -1,0 +1,120 @@
+"""Which scale each head was written with: the cause of a per-head failure whose per-tensor twin passes.
+
+A per-head property's Case holds one scale a cache; its [H] scales travel in the failure's message
+(conformance/test_per_head.py, `per_tensor_twin`). Where the same call with per-tensor scales conforms, the
+defect is in how the [H] scale is read, and the real ways to read it wrong are few: one head's scale for every
+head, the heads in the other order, the tensor read as contiguous (a strided view's gaps), the scale held in
+the input dtype, or the other cache's [H] scale. Each is a reference call with other per-head scales; one
+that gives every byte of the wrong cache names the cause. None: no such reading explains it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+import torch
+
+from conformance.diagnosis.classify import Finding
+from conformance.harness import SuiteError, run_impl, run_reference
+from conformance.impls import Implementation
+from conformance.test_per_head import _per_head
+from strategies.build import Built, build
+from strategies.case import Case
+from strategies.fp import FORMATS, round_to
+
+Values = tuple[float, ...]
+#: key, title, and the per-head values a wrong reading gives (None: it cannot differ here).
+Reading = tuple[str, str, Callable[[Values, int, str, Values | None], Values | None]]
+
+
+def _first(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
+    return (values[0],) * len(values)
+
+
+def _reversed(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
+    return tuple(reversed(values))
+
+
+def _contiguous(values: Values, step: int, _dtype: str, _other: Values | None) -> Values | None:
+    """Element h of the buffer, not h * step: every step-th element is a scale, the gaps hold NaN."""
+    if step == 1:
+        return None
+    buffer = [values[i // step] if i % step == 0 else float("nan") for i in range(len(values) * step)]
+    return tuple(buffer[:len(values)])
+
+
+def _input_dtype(values: Values, _step: int, dtype: str, _other: Values | None) -> Values | None:
+    if dtype not in ("bfloat16", "float16"):
+        return None
+    return tuple(round_to(v, FORMATS[dtype]) for v in values)
+
+
+def _other_cache(_values: Values, _step: int, _dtype: str, other: Values | None) -> Values | None:
+    return other
+
+
+READINGS: tuple[Reading, ...] = (
+    ("scale:per-head-first", "scales every head by the first head's scale", _first),
+    ("scale:per-head-reversed", "scales head h by head H-1-h's scale", _reversed),
+    ("scale:per-head-stride-ignored", "reads a strided [H] scale as if contiguous", _contiguous),
+    ("scale:per-head-rounded", "holds the per-head scales in the input dtype", _input_dtype),
+    ("scale:per-head-other-cache", "scales one cache by the other cache's per-head scales", _other_cache),
+)
+
+_SCALES = re.compile(r"per-head scales: (\{[^\n]*?\}); per-tensor twin")
+
+
+def per_head_scales(message: str) -> tuple[dict[str, Values], int] | None:
+    m = _SCALES.search(message)
+    if m is None:
+        return None
+    try:
+        d = json.loads(m.group(1))
+        return {k: tuple(float(x) for x in v) for k, v in d["values"].items()}, int(d["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _with(case: Case, device: torch.device, values: dict[str, Values], step: int) -> Built:
+    built = build(case, device)
+    for name, vals in values.items():
+        built = _per_head(built, name, vals, step)
+    return built
+
+
+def _bytes(built: Built, cache: str) -> torch.Tensor:
+    return built.buffers[cache].cpu().reshape(-1).view(torch.uint8)
+
+
+def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+                   device: torch.device) -> Finding | None:
+    """The one wrong reading of the [H] scales that gives every byte of each cache the call got wrong."""
+    actual, error = run_impl(case, impl, device, _with(case, device, values, step))
+    if error:
+        return None
+    expected = run_reference(case, device, _with(case, device, values, step))
+    named: dict[str, Reading] = {}
+    for name, vals in values.items():
+        cache = "k_cache" if name == "k_scale" else "v_cache"
+        if torch.equal(_bytes(expected, cache), _bytes(actual, cache)):
+            continue
+        other = values.get("v_scale" if name == "k_scale" else "k_scale")
+        for reading in READINGS:
+            alt = reading[2](vals, step, case.input_dtype, other)
+            if alt is None or alt == vals:
+                continue
+            try:
+                r = run_reference(case, device, _with(case, device, {**values, name: alt}, 1))
+            except SuiteError:  # a reading the reference cannot take (a NaN scale it refuses)
+                continue
+            if torch.equal(_bytes(r, cache), _bytes(actual, cache)):
+                named[name] = reading
+                break
+        else:
+            return None
+    if len({r[0] for r in named.values()}) != 1:
+        return None
+    key, title, _ = next(iter(named.values()))
+    return Finding("scale", key, f"{title} ({' and '.join(named)})", replayable=False)
