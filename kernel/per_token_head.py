@@ -39,6 +39,7 @@ as kernel/reference.py; `kernel/per_token_head_kernel.py` is the one-launch Trit
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -225,10 +226,13 @@ def head_scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     return torch.where(nan.any(-1), torch.nan, s)
 
 
-def quantize_heads(x: torch.Tensor, recipe: PerTokenHeadRecipe) -> tuple[torch.Tensor, torch.Tensor]:
-    """The definition: values [..., H, D] -> (e4m3 bytes [..., H, D], fp32 scales [..., H])."""
+def quantize_heads(x: torch.Tensor, recipe: PerTokenHeadRecipe,
+                   scales: Callable[[torch.Tensor, PerTokenHeadRecipe], torch.Tensor] = head_scales,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition: values [..., H, D] -> (e4m3 bytes [..., H, D], fp32 scales [..., H]). `scales` is
+    `head_scales` (the diagnosis passes the wrong scale rules real kernels follow, to name one)."""
     x32 = x.to(torch.float32)  # exact widening
-    s = head_scales(x32, recipe)
+    s = scales(x32, recipe)
     if recipe.rule == "vllm":
         y = x32 * (torch.ones_like(s) / s)[..., None]
         y = torch.where(y > E4M3.max_finite, E4M3.max_finite, torch.where(y < -E4M3.max_finite, -E4M3.max_finite, y))
@@ -253,7 +257,8 @@ def _as_bytes(cache: torch.Tensor) -> torch.Tensor:
     return cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
 
 
-def write_per_token_head(plan: PTHPlan) -> None:
+def write_per_token_head(plan: PTHPlan, quantize: Callable[..., tuple[torch.Tensor, torch.Tensor]] = quantize_heads,
+                         ) -> None:
     """The specification: quantize each written token's heads and store bytes and scales at slot
     cache_loc[t]. Negative and out-of-range slots write nothing (nor their scales)."""
     loc = plan.cache_loc.to(torch.int64)
@@ -262,7 +267,7 @@ def write_per_token_head(plan: PTHPlan) -> None:
         return
     slots = loc[tokens]
     index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
-    data, s = quantize_heads(torch.stack((plan.k, plan.v))[:, tokens], plan.recipe)
+    data, s = quantize(torch.stack((plan.k, plan.v))[:, tokens], plan.recipe)
     for i, (cache, sc) in enumerate(((plan.k_cache, plan.k_scale_cache), (plan.v_cache, plan.v_scale_cache))):
         if plan.inline:
             _as_bytes(cache)[index] = torch.cat((data[i], scale_bytes(s[i])), dim=-1)

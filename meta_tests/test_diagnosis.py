@@ -1471,3 +1471,26 @@ def test_an_exhaustive_tests_trigger_without_sizes_joins_the_same_effect_under_a
     groups = {k: [(t, Finding("wrong-bytes", k, k))] for k, t in tests.items()}
     _merge_narrower(groups)
     assert sorted(groups) == ["wrong-bytes:unexplained@dim-above:128"], sorted(groups)
+
+
+def _bound_pages_band_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                           use_triton=True, *, recipe="unfused", checked=False):
+    """Two defects: the slot bound read as the number of pages (slots past it skipped), and quotients below
+    2**-9 (which round to e4m3's smallest subnormal) written as zero."""
+    loc = torch.where(cache_loc >= k_cache.shape[0], torch.full_like(cache_loc, -1), cache_loc)
+
+    def band(x, s):
+        y = x.float() / (s.float() if isinstance(s, torch.Tensor) else 1.0 if s is None else float(s))
+        return torch.where(y.abs() < 2.0**-9, x * 0, x)
+    _reference(band(k, k_scale), band(v, v_scale), k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_two_defects_each_keep_their_own_trigger() -> None:
+    """The value defect touches one band of values: ablated variants that hold none of them pass by chance, and
+    re-drawn calls with more tokens show the bound defect too. Neither is evidence: the value defect is @any,
+    and the bound is confirmed with ordinary values in its added token."""
+    case = _case(recipe="divide", page_size=4, num_pages=3, cache_loc=(5, 0, 9), k_scale=Scale("tensor1", 1.0),
+                 v_scale=Scale("tensor1", 1.0))
+    keys = [f.key for f in Diagnoser(_impl(_bound_pages_band_zero, "divide"), CPU).diagnose(case)]
+    assert keys == ["out-of-range:wrong-bound@plain", "off-by-one-ulp@any"], keys

@@ -408,12 +408,17 @@ def _with_tokens(case: Case, n: int, last: bool = False) -> Case:
                       if start * per <= o.index < (start + n) * per)
     out = case.replace(num_tokens=n, num_pages=pages, cache_loc=tuple(extra + locs if last else locs + extra),
                        overrides=overrides)
-    if added and any(o.label == "ordinary" for o in case.overrides):
-        # ordinary values for the added tokens too, as the Case's own have: a random value there could show
-        # another defect (a value rule), which is not what the Case's tokens are added for
-        others = tuple(o for o in out.overrides if o.label != "ordinary")
-        out = next(_ordinary_values(out.replace(overrides=others), ""), out)
-    return out
+    return with_ordinary_values(case, out) if added else out
+
+
+def with_ordinary_values(case: Case, variant: Case) -> Case:
+    """The variant (the Case with tokens added) with ordinary values for every token, where the Case's own are
+    ordinary: a random value in an added token could show another defect (a value rule), which is not what
+    the tokens are added for."""
+    if not any(o.label == "ordinary" for o in case.overrides):
+        return variant
+    others = tuple(o for o in variant.overrides if o.label != "ordinary")
+    return next(_ordinary_values(variant.replace(overrides=others), ""), variant)
 
 
 def resized(case: Case, attr: str, n: int, from_end: bool = False) -> Case:

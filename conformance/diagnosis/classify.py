@@ -747,6 +747,19 @@ def _eager_findings(message: str, impl: Implementation | None, device: torch.dev
     return found
 
 
+def _pth_cause(path: str, impl: Implementation, device: torch.device) -> Finding | None:
+    """The scale rule a per-token-head write follows where it is not the recipe's
+    (conformance/diagnosis/pth_causes.py), from the PTHCase its failure file holds."""
+    from conformance.artifacts import load_case
+    from conformance.diagnosis.pth_causes import pth_cause
+    from strategies.per_token_head import PTHCase
+    try:
+        pc = PTHCase.from_dict(load_case(path)[1]["pth_case"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pth_cause(pc, impl, device)
+
+
 def _per_token_head(message: str) -> Finding:
     """A per-token-head write's wrong bytes, by where conformance/pth_bytediff.py located them: outside the
     written slots, only in the stored scales, or in the data bytes."""
@@ -878,6 +891,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays
         base = _load(saved.group(1)) if saved else None
+        if base is not None and found.key in ("per-token-head:values", "per-token-head:scales") and impl and device:
+            found = _pth_cause(saved.group(1), impl, device) or found
         if base is not None:
             found.case_file, found.case_size, found.replayable = saved.group(1), case_size(base), True
         return [found]

@@ -28,6 +28,7 @@ from conformance.diagnosis.ablation import (
     BY_NAME,
     LARGE_TOKEN_PROBES,
     SIZE_PROBES,
+    SIZE_RULES,
     SLOTS_UNSORTED,
     Ablation,
     SizeRule,
@@ -35,6 +36,7 @@ from conformance.diagnosis.ablation import (
     fitting_rule,
     resized,
     size_of,
+    with_ordinary_values,
     words,
 )
 from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
@@ -118,6 +120,9 @@ def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
 GPU_TRIES = 3
 #: Re-drawn calls that must agree with a value model read off a minimal Case (Diagnoser._corroborated).
 REDRAWN_SEEDS = 2
+#: Re-drawn calls of a value defect's ablated variant before a dimension counts as its trigger
+#: (Diagnoser._value_trigger): a defect of one value in a hundred shows in a call of a few values by chance.
+TRIGGER_SEEDS = 8
 
 
 class Diagnoser:
@@ -307,6 +312,7 @@ class Diagnoser:
         variant = case.replace(num_pages=2 * case.num_pages + 1)
         if 0 not in case.cache_loc:
             variant = variant.replace(num_tokens=case.num_tokens + 1, cache_loc=(*case.cache_loc, 0))
+            variant = with_ordinary_values(case, variant)  # a value defect must not show in the added token
         r = self.replay(variant)
         if r is None or r.error or symptom not in r.symptoms:
             return effect
@@ -415,6 +421,8 @@ class Diagnoser:
                 keys = value_keys_fitting(variant, r.expected, r.actual, r.before, keys)
             elif r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)):
                 continue  # the re-drawn values do not show it: no evidence either way
+            elif not sign_rule and r.symptoms - replay.symptoms:
+                continue  # another defect shows too (added tokens past a wrong bound): no evidence either way
             else:
                 again: set[str] = set()
                 for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
@@ -427,6 +435,41 @@ class Diagnoser:
         if keys == [effect.key, *effect.alternatives]:
             return effect
         return Effect(keys[0], title_of(keys[0], case.recipe), effect.detail, effect.value, keys[1:])
+
+    def _value_trigger(self, case: Case, symptom: str, trigger: list[str]) -> list[str]:
+        """A value defect that touches a few values in many (one subnormal band) vanishes from an ablation's
+        variant by chance, when its values hold none of them: each dimension of its trigger that is not a value
+        dimension is kept only if its variant (for a size rule: the two largest sizes the rule says pass), with
+        its values re-drawn TRIGGER_SEEDS times (and with more tokens), never shows the symptom. A variant may
+        show another defect too (a page size that moves the Case's slot past a wrong bound): only this symptom
+        counts."""
+        kept = []
+        for dim in trigger:
+            ablation = BY_NAME.get(dim)
+            rule = SIZE_RULES.get(dim)
+            if rule is not None:  # the largest sizes the rule says pass (the most values)
+                passing = [n for n in SIZE_PROBES[rule.attr] if not rule.fails(n)][-2:]
+                variants = [resized(case, rule.attr, n) for n in passing]
+            elif ablation is None or ablation.value:
+                kept.append(dim)
+                continue
+            else:
+                variants = list(ablation.variants(case, self.plain))
+            shows = False
+            for variant in variants:
+                redrawn = [variant.replace(seed=(variant.seed + k * 7919) % 2**31, overrides=())
+                           for k in range(1, TRIGGER_SEEDS + 1)]
+                redrawn += [v for v in map(_more_tokens, redrawn[:REDRAWN_SEEDS]) if v is not None]
+                for v in redrawn:
+                    r = self.replay(v)
+                    if r is not None and not r.error and symptom in r.symptoms:
+                        shows = True
+                        break
+                if shows:
+                    break
+            if not shows:
+                kept.append(dim)
+        return kept
 
     def diagnose(self, case: Case) -> list[Finding]:
         """The Case's defects, one Finding per (effect, trigger); [] when the Case passes on replay."""
@@ -441,7 +484,8 @@ class Diagnoser:
             for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
                 if effect.key == "wrong-slot:tokens-moved":
                     trigger = self._order_trigger(minimal, trigger)
-                f = finding(effect, trigger, minimal, case.recipe)
+                named = self._value_trigger(minimal, symptom, trigger) if effect.value else trigger
+                f = finding(effect, named, minimal, case.recipe)
                 findings.setdefault(f.key, f)
         kept = narrowest(list(findings.values()))
         for f in kept:

@@ -450,8 +450,10 @@ def _bound(name: str, slots: Callable[[Case], int]) -> Callable[[Built], dict | 
 
 
 #: Wrong numbers of slots a kernel's bounds check has read: the pages times another dimension of the cache.
-BOUNDS = (("pages x H", lambda c: c.num_pages * c.num_heads), ("pages x D", lambda c: c.num_pages * c.head_dim),
-          ("pages", lambda c: c.num_pages), ("pages x H x D", lambda c: c.num_pages * c.num_heads * c.head_dim))
+#: The simplest first: a minimal Case of one head cannot tell pages from pages x H.
+BOUNDS = (("pages", lambda c: c.num_pages), ("pages x H", lambda c: c.num_pages * c.num_heads),
+          ("pages x D", lambda c: c.num_pages * c.head_dim),
+          ("pages x H x D", lambda c: c.num_pages * c.num_heads * c.head_dim))
 
 PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:inputs-ignored", "both inputs", _inputs(("k", "v"), False)),

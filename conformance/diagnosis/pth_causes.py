@@ -1,0 +1,134 @@
+"""Which scale rule a per-(token, head) write follows where its bytes are not the recipe's.
+
+A per-token-head Case (strategies/per_token_head.py) is not ablated; its failure is located by
+conformance/pth_bytediff.py (data bytes, stored scales, or outside the written slots). Where the data or the
+scales are wrong, the reference is run again with each scale rule real kernels get wrong in place of the
+recipe's (kernel/per_token_head.py, `head_scales`), and one that gives every byte of every buffer (the caches,
+inline scales and scale caches, untouched bytes included) names the cause:
+- one amax over all of a token's heads (a per-token scale where the recipe has one a head);
+- NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
+- the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
+- no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681).
+None: no such rule explains it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from conformance.diagnosis.classify import Finding
+from kernel.per_token_head import (
+    FLOOR_FLASHINFER,
+    FLOOR_VLLM,
+    head_scales,
+    make_pth_plan,
+    quantize_heads,
+    write_per_token_head,
+)
+from kernel.recipe import PTH_RECIPES, PerTokenHeadRecipe
+from kernel.reference import E4M3
+from strategies.per_token_head import HEAD_KINDS, PTHBuilt, PTHCase, build_pth
+
+Scales = Callable[[torch.Tensor, PerTokenHeadRecipe], torch.Tensor]
+
+
+def _per_token(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule over each token's H x D values at once, the same scale for every head."""
+    s = head_scales(x32.flatten(-2)[..., None, :], recipe)
+    return s.expand(x32.shape[:-1])
+
+
+def _nan_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    return head_scales(torch.where(torch.isnan(x32), 0.0, x32), recipe)
+
+
+def _floored(where: str) -> Scales:
+    """The recipe's amax with the floor on the amax ("amax"), on the scale ("scale"), or none ("none")."""
+    def scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+        nan = torch.isnan(x32)
+        amax = torch.where(nan, 0.0, x32.abs()).amax(-1)
+        q_max = torch.full_like(amax, E4M3.max_finite)
+        floor = FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER
+        if where == "amax":
+            s = torch.where(amax < floor, floor, amax) / q_max
+        elif where == "scale":
+            s = amax / q_max
+            s = torch.where(s < floor, floor, s)
+        else:
+            s = amax / q_max
+        return torch.where(nan.any(-1), torch.nan, s)
+    return scales
+
+
+#: key, title, scale rule; the floor rule the recipe itself follows is skipped for it.
+RULES: tuple[tuple[str, str, Scales], ...] = (
+    ("per-token-head:amax-over-heads", "takes one amax over all of a token's heads (a per-token scale)", _per_token),
+    ("per-token-head:nan-dropped", "leaves NaN out of a head's amax (fmaxf), where the recipe's scale is NaN",
+     _nan_dropped),
+    ("per-token-head:floor-on-amax", "floors the amax, where the recipe floors the scale", _floored("amax")),
+    ("per-token-head:floor-on-scale", "floors the scale, where the recipe floors the amax", _floored("scale")),
+    ("per-token-head:no-floor", "has no floor: an all-zero head's scale is 0, and 0/0 is NaN", _floored("none")),
+)
+_OWN_FLOOR = {"vllm": "per-token-head:floor-on-scale", "flashinfer": "per-token-head:floor-on-amax"}
+
+
+def _whole(b: PTHBuilt) -> dict[str, torch.Tensor]:
+    return {name: buf.cpu().reshape(-1).view(torch.uint8) for name, buf in b.buffers.items()}
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(a[n], b[n]) for n in a)
+
+
+def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecipe,
+                    scales: Scales) -> dict[str, torch.Tensor]:
+    b = build_pth(pc, device)
+    plan = make_pth_plan(**b.call())
+    if plan.num_tokens:
+        write_per_token_head(plan, lambda x, _held: quantize_heads(x, recipe, scales))
+    return _whole(b)
+
+
+def _with_special_heads(pc: PTHCase) -> PTHCase:
+    """The PTHCase with every head of K a special one (HEAD_KINDS in turn) and V as it was: a scale rule
+    that differs from the recipe's only on zero, tiny, subnormal, inf or NaN heads shows there."""
+    c = pc.case
+    heads = tuple(("k", t, h, HEAD_KINDS[(t * c.num_heads + h) % len(HEAD_KINDS)])
+                  for t in range(c.num_tokens) for h in range(c.num_heads))
+    return dataclasses.replace(pc, heads=heads)
+
+
+def _written(pc: PTHCase, impl, device: torch.device) -> dict[str, torch.Tensor] | None:
+    from conformance.test_per_token_head import _run  # the property's own call of the implementation
+    actual = build_pth(pc, device)
+    return None if _run(impl, actual) is not None else _whole(actual)
+
+
+def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
+    """The one scale rule of RULES under which the reference gives every byte the implementation wrote, on the
+    failing PTHCase and on it with special heads (where a failing Case shows the rule only as the other
+    recipe's rounding, say); the rule must differ from its recipe on one of them. Under the held recipe first,
+    then under the other (a kernel of vLLM's arithmetic with FlashInfer's floor is closer to FlashInfer's
+    recipe, so it is held to that)."""
+    cases = [pc, _with_special_heads(pc)] if pc.case.num_tokens else [pc]
+    got = [_written(c, impl, device) for c in cases]
+    if got[0] is None:
+        return None
+    cases, got = zip(*[(c, g) for c, g in zip(cases, got) if g is not None])
+    held = make_pth_plan(**build_pth(pc, device).call()).recipe
+    for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
+        plain = [_reference_with(c, device, recipe, head_scales) for c in cases]
+        for key, title, scales in RULES:
+            if key == _OWN_FLOOR.get(recipe.rule):
+                continue
+            want = [_reference_with(c, device, recipe, scales) for c in cases]
+            if all(_same(w, p) for w, p in zip(want, plain)):  # the rule changes nothing here: not told apart
+                continue
+            if all(_same(w, g) for w, g in zip(want, got)):
+                other = "" if recipe == held else f" (under {recipe.name}, not the held {held.name})"
+                return Finding("per-token-head", key, f"with dynamic per-(token, head) scales, {title}{other}",
+                               replayable=False)
+    return None

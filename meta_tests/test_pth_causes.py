@@ -1,0 +1,58 @@
+"""conformance/diagnosis/pth_causes.py names the scale rule a per-token-head write follows, on kernels made from
+examples/vllm_per_token_head.py with one scale rule changed (its `_quantize` patched)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import examples.vllm_per_token_head as example
+from conformance.conventions import get_convention
+from conformance.diagnosis.pth_causes import pth_cause
+from conformance.impls import Implementation
+from strategies.case import Case, Layout
+from strategies.per_token_head import PTHCase
+
+CPU = torch.device("cpu")
+
+
+def _quantize_with(scale_of):
+    """examples/vllm_per_token_head.py's _quantize with its scale computed by scale_of(x32) instead."""
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x32 = x.float()
+        s = scale_of(x32)
+        y = (x32 * (torch.ones_like(s) / s)[..., None]).clamp(-448.0, 448.0)
+        q = torch.where(y.isnan(), 0x7F, y.to(torch.float8_e4m3fn).view(torch.uint8))
+        return q, s
+    return quantize
+
+
+def _per_token(x32):
+    amax = x32.abs().amax(dim=(-2, -1), keepdim=True).squeeze(-1).expand(x32.shape[:-1])
+    return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
+
+
+def _no_floor(x32):
+    amax = x32.abs().amax(dim=-1)
+    return amax / torch.full_like(amax, 448.0)
+
+
+_CASE = PTHCase(Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pages=2, cache_loc=(5, 0, 2), seed=7,
+                     cache_dtype="uint8"), "per-token-head-vllm", "separate", Layout.contiguous(3),
+                Layout.contiguous(3))
+
+
+@pytest.mark.parametrize(("scale_of", "key"), [(_per_token, "per-token-head:amax-over-heads"),
+                                               (_no_floor, "per-token-head:no-floor")])
+def test_a_scale_rule_real_kernels_get_wrong_is_named(scale_of, key, monkeypatch):
+    """The failing Case need not hold the heads that tell the rule (an all-zero head for the missing floor):
+    the same Case with special heads does."""
+    monkeypatch.setattr(example, "_quantize", _quantize_with(scale_of))
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    found = pth_cause(_CASE, impl, CPU)
+    assert found is not None and found.key == key, found
+
+
+def test_the_example_itself_names_no_rule():
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    assert pth_cause(_CASE, impl, CPU) is None
