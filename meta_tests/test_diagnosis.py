@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from conformance.conventions import VLLM
 from conformance.diagnosis.ablation import ABLATIONS
-from conformance.diagnosis.diagnose import Diagnoser
+from conformance.diagnosis.diagnose import Diagnoser, class_of
 from conformance.impls import Implementation
 from kernel import naive_fp8_set_kv_buffer
 from kernel.plan import ScaleArg
@@ -1494,3 +1494,17 @@ def test_two_defects_each_keep_their_own_trigger() -> None:
                  v_scale=Scale("tensor1", 1.0))
     keys = [f.key for f in Diagnoser(_impl(_bound_pages_band_zero, "divide"), CPU).diagnose(case)]
     assert keys == ["out-of-range:wrong-bound@plain", "off-by-one-ulp@any"], keys
+
+
+def test_defects_on_the_plain_call_are_one() -> None:
+    """A slot split with the wrong page size (the number of pages read as the page size) moves some tokens,
+    leaves some slots unwritten, skips slots past a bound and raises for others, each on the plain call: one
+    defect, under the model most findings show. A graph defect and a value effect stay apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_plain_call
+    counts = {"wrong-slot:tokens-moved@plain": 1, "wrong-slot:unexplained@plain": 1, "wrong-slot:unwritten@plain": 3,
+              "raises:IndexError@plain": 2, "out-of-range:wrong-bound@plain": 2, "graph:sync@plain": 1,
+              "flush-to-zero@any": 1}
+    groups = {k: [(f"{k}{i}", Finding(class_of(k), k, k)) for i in range(n)] for k, n in counts.items()}
+    _merge_plain_call(groups)
+    assert sorted(groups) == ["flush-to-zero@any", "graph:sync@plain", "out-of-range:wrong-bound@plain"], sorted(groups)

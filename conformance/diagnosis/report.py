@@ -301,6 +301,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_skipped_tokens(groups)
     _merge_per_head(groups)
     _attribute_to_plain_call(groups)
+    _merge_plain_call(groups)
     _merge_encoding(groups)
     _attribute_unexplained(groups)
     _attribute_to_the_one_defect(groups)
@@ -653,6 +654,26 @@ def _attribute_to_plain_call(groups: Groups) -> None:
     for key in [k for k in groups if same_effect(k) == "unexplained" and k != hosts[0]]:
         _move(groups, key, lambda _n, _f: (hosts[0], " (nothing explains it; the run's one defect on the plain "
                                                       "call)"))
+
+
+#: Classes a defect of the plain call may show as, Case by Case: where bytes go, and the raise on the slots
+#: that go past the cache.
+PLAIN_SYMPTOMS = ("wrong-slot", "out-of-range", "strides", "kv-mixed", "raises", "wrong-bytes")
+
+
+def _merge_plain_call(groups: Groups) -> None:
+    """Defects on the plain call are in every Case, so what differs between their keys is the Case each was read
+    off: a slot computed with the wrong page size moves some tokens, leaves others' slots unwritten, skips
+    those past a bound it computes, and raises for some; each minimal Case fits another model. Two or more
+    such keys (`@plain`, of the classes that say where bytes go, what no model explains, or a raise) are one
+    defect, under the one a model names that the most findings show. (A pair whose two defects are both on
+    the plain call is reported as one: no experiment tells such keys apart.)"""
+    plain = [k for k in groups if trigger_of(k) == "plain" and class_of(k) in PLAIN_SYMPTOMS]
+    if len(plain) < 2:
+        return
+    host = min(plain, key=lambda k: (_symptom_only(k) or k == "wrong-slot:unwritten@plain", -len(groups[k]), k))
+    for key in [k for k in plain if k != host]:
+        _move(groups, key, lambda _n, _f: (host, " (the same plain call, another Case)"))
 
 
 def _exhaustive_only(pairs: list[tuple[str, Finding]]) -> bool:
