@@ -870,6 +870,27 @@ def test_a_placement_defect_of_big_batches_does_not_hide_the_recipe() -> None:
     assert recipe == "single" and "one token a call" in note, note
 
 
+def _page_offset_swapped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """page, offset = slot % page_size, slot // page_size: an offset past the page raises IndexError."""
+    ps = k_cache.shape[1]
+    page, offset = cache_loc % ps, cache_loc // ps
+    if bool(((cache_loc >= 0) & ((offset >= ps) | (page >= k_cache.shape[0]))).any()):
+        raise IndexError("index out of bounds for dimension 1")
+    _reference(k, v, k_cache, v_cache, torch.where(cache_loc >= 0, page * ps + offset, cache_loc), k_scale, v_scale,
+               page_size, recipe="single", checked=checked)
+
+
+def test_a_kernel_that_raises_on_the_sweeps_layouts_is_identified_one_token_at_slot_0() -> None:
+    """Page and offset swapped raise for every slot past the first page's in the sweep's layouts (pages of one
+    slot, of 16): each token alone at slot 0 of a one-slot cache shows the recipe."""
+    from conformance.conventions import SGLANG
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
+    impl = Implementation("page-offset-swapped", _page_offset_swapped, {}, convention=SGLANG)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16"], full=False, convention=SGLANG), CPU)
+    assert recipe == "single" and "alone at slot 0" in note, note
+
+
 def _head_major(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
                 recipe="unfused", checked=False):
     """Pages addressed as [H, page_size, D] in a [page_size, H, D] cache (HND for NHD)."""
@@ -1508,3 +1529,18 @@ def test_defects_on_the_plain_call_are_one() -> None:
     groups = {k: [(f"{k}{i}", Finding(class_of(k), k, k)) for i in range(n)] for k, n in counts.items()}
     _merge_plain_call(groups)
     assert sorted(groups) == ["flush-to-zero@any", "graph:sync@plain", "out-of-range:wrong-bound@plain"], sorted(groups)
+
+
+def _scaled_twice(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                  recipe="unfused", checked=False):
+    """The inputs divided by their scale before a write that divides again (x / s / s)."""
+    def once(x, s):
+        return x if s is None else x.float() / (s.float() if isinstance(s, torch.Tensor) else float(s))
+    _reference(once(k, k_scale), once(v, v_scale), k_cache, v_cache, cache_loc, k_scale, v_scale, page_size,
+               recipe="divide", checked=checked)
+
+
+def test_a_scale_applied_twice_is_named() -> None:
+    case = _case(recipe="divide", k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.3))
+    keys = [f.key for f in Diagnoser(_impl(_scaled_twice, "divide"), CPU).diagnose(case)]
+    assert keys == ["scale:applied-twice@any"], keys

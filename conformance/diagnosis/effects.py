@@ -86,6 +86,7 @@ TITLES = {
     "encoding:overflow-inf": "writes ±inf past the format's range where the recipe saturates (a cast without "
                              "saturation)",
     "storage:or-old": "ORs its bytes into the slot's old bytes (a store that takes the cache to be zeroed)",
+    "scale:applied-twice": "scales its inputs twice (x / s / s: a pre-scaled tensor scaled again)",
     "scale:dynamic": "computes its own scale from the data (the tensor's absolute maximum over the format's "
                      "largest value) instead of the one given",
     "strides:inputs-ignored": "reads its inputs ignoring their strides (as if contiguous)",
@@ -747,6 +748,17 @@ class _Written:
         return bool(ok.all())
 
 
+def _applied_twice(rows: _Rows, held: str) -> list[torch.Tensor]:
+    """The recipe on inputs already scaled once: x / s (or x * (1/s)) in fp32, or rounded back to the input
+    dtype, then quantized with s again (a caller's pre-scaled tensor passed to a write that scales)."""
+    s = _scale_value(rows.scale)
+    x32 = rows.x.float()
+    s32 = torch.tensor(s, dtype=torch.float32)
+    once = [x32 / s32, x32 * (torch.ones_like(s32) / s32)]
+    once += [y.to(rows.x.dtype).float() for y in once]
+    return [_quantized(y, s, held, rows.case.cache_format) for y in once]
+
+
 def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Callable[[], torch.Tensor | list]]]:
     rows = w.rows
     if case.cache_format != "fp8_e4m3":  # first: a kernel that writes e4m3 whatever it is told
@@ -765,6 +777,7 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         else:
             yield key, lambda value=value: rows.q(held, value)
     yield "scale:dynamic", lambda: _dynamic(rows, held)
+    yield "scale:applied-twice", lambda: _applied_twice(rows, held)
     own = _scale_value(rows.scale)
     if 0 < own < float("inf") and math.frexp(own)[0] != 0.5:  # not a power of two already
         # 2**ceil(log2 s); below fp32's normal range, a bit trick on the exponent field gives 2**-126

@@ -129,13 +129,23 @@ def _patterns(dtype: str, device: torch.device) -> torch.Tensor:
 def _call(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.device,
           recipe: str | None = None, page_size: int = 1, tokens: int = TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
     """A write of x as K (scale ks) and V (scale vs), token t to slot t, in calls of `tokens` tokens; returns
-    both caches' bytes. Pages of `page_size` slots: the caches' bytes are in slot order whatever it is."""
-    shape = (TOKENS // page_size, page_size, HEADS, DIM)
+    both caches' bytes. Pages of `page_size` slots: the caches' bytes are in slot order whatever it is.
+    page_size 0: each token alone, to slot 0 of a cache of one slot (a kernel that computes any other slot
+    wrongly still shows its recipe there), its bytes then copied to slot t."""
+    if page_size == 0:
+        rows = [_call_slots(impl, x[t:t + 1], ks, vs, device, recipe, 1, 1, 1) for t in range(TOKENS)]
+        return tuple(torch.cat([r[i] for r in rows]) for i in range(2))
+    return _call_slots(impl, x, ks, vs, device, recipe, page_size, tokens, TOKENS)
+
+
+def _call_slots(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.device, recipe: str | None,
+                page_size: int, tokens: int, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (slots // page_size, page_size, HEADS, DIM)
     caches = [torch.zeros(shape, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn) for _ in "kv"]
-    for start in range(0, TOKENS, tokens):
+    for start in range(0, x.shape[0], tokens):
         rows = slice(start, start + tokens)
         call = {"k": x[rows], "v": x[rows], "k_cache": caches[0], "v_cache": caches[1],
-                "cache_loc": torch.arange(TOKENS, device=device)[rows], "k_scale": ks, "v_scale": vs,
+                "cache_loc": torch.arange(x.shape[0], device=device)[rows], "k_scale": ks, "v_scale": vs,
                 "page_size": page_size, "checked": False}
         if recipe:
             call["recipe"] = recipe
@@ -156,12 +166,14 @@ def _reference(point: Point, recipe: str, device: str) -> torch.Tensor:
                            recipe)).cpu()
 
 
-def identify(impl: Implementation, points: list[Point], device: torch.device, tokens: int = TOKENS) -> Result:
+def identify(impl: Implementation, points: list[Point], device: torch.device, tokens: int = TOKENS,
+             alone: bool = False) -> Result:
     """Run the sweep through impl and through the reference under every recipe.
 
     Each point is one call (or calls of `tokens` tokens) with the same scale for K and V, so that a defect in
     how one scale is passed (the properties' business) does not hide the recipe. Index i of a point's bytes is
-    pattern i % 65536, of K below 65536 and of V above.
+    pattern i % 65536, of K below 65536 and of V above. `alone`: each token alone, to slot 0 of a one-slot
+    cache (`_call`'s page_size 0).
     """
     res = Result(points, {r: {} for r in RECIPES}, {}, {r: {} for r in RECIPES})
     told = impl.recipe if impl.convention.told_recipe else None
@@ -169,8 +181,10 @@ def identify(impl: Implementation, points: list[Point], device: torch.device, to
         scale = p.arg(device)
         try:
             try:
-                got = _call(impl, _patterns(p.dtype, device), scale, scale, device, told, tokens=tokens)
+                got = _call(impl, _patterns(p.dtype, device), scale, scale, device, told, 0 if alone else 1, tokens)
             except Exception:
+                if alone:
+                    raise
                 # Pages of one slot are the sweep's simplest layout; a kernel that assumes the common page
                 # size (a hard-coded 16) refuses them, and the recipe is still to be found.
                 got = _call(impl, _patterns(p.dtype, device), scale, scale, device, told, PAGED, tokens)
@@ -185,18 +199,19 @@ def identify(impl: Implementation, points: list[Point], device: torch.device, to
 
 
 def identify_robustly(impl: Implementation, points: list[Point], device: torch.device) -> tuple[str, str]:
-    """held_recipe of the sweep; where the whole batch matches no recipe, the sweep again one token a call: a
-    kernel whose defect is where many tokens go (a tile's slots) still computes a recipe, and its defect is
-    the properties' to find."""
+    """held_recipe of the sweep; where the whole batch matches no recipe (or raises), the sweep again one token
+    a call, then each token alone at slot 0 of a one-slot cache: a kernel whose defect is where tokens go (a
+    tile's slots, a slot split into page and offset the wrong way round) still computes a recipe, and its
+    defect is the properties' to find."""
     recipe, note = held_recipe(identify(impl, points, device))
     if note.startswith("identified"):
         return recipe, note
-    single = identify(impl, points, device, tokens=1)
-    again, again_note = held_recipe(single)
-    if not again_note.startswith("identified"):
-        return recipe, note
-    return again, (f"{again_note}, one token a call (a call of {TOKENS} tokens matches no recipe: "
-                   f"{note.split(': ', 1)[-1]})")
+    for how, alone in (("one token a call", False), ("each token alone at slot 0 of a one-slot cache", True)):
+        again, again_note = held_recipe(identify(impl, points, device, tokens=1, alone=alone))
+        if again_note.startswith("identified"):
+            return again, (f"{again_note}, {how} (a call of {TOKENS} tokens matches no recipe: "
+                           f"{note.split(': ', 1)[-1]})")
+    return recipe, note
 
 
 def held_recipe(res: Result) -> tuple[str, str]:
