@@ -129,6 +129,12 @@ _INF = {"bfloat16": 0x7F80, "float16": 0x7C00, "float32": 0x7F800000}
 _QUIET = {"bfloat16": 0x40, "float16": 0x200, "float32": 0x400000}
 
 
+def _float16(case: Case, draw: Draw) -> Case:
+    """float16 input with 512 values a token: a defect of float16 alone that touches one value in two
+    thousand (a quotient rounded to float16 before the e4m3 rounding) shows in a few tokens."""
+    return case.replace(input_dtype="float16", num_heads=4, head_dim=128)
+
+
 def _special_values(case: Case, draw: Draw) -> Case:
     """±0, ±inf and NaN of both signs in K and V, at drawn positions (the seeded values around them
     already reach e4m3's subnormals and values past ±448)."""
@@ -180,6 +186,7 @@ def _rows() -> list[InputClass]:
         InputClass("loc-int32", "int32 cache_loc", _set(loc_dtype="int32")),
         InputClass("loc-int64", "int64 cache_loc", _set(loc_dtype="int64")),
         InputClass("input-fp32", "float32 input", _set(input_dtype="float32")),
+        InputClass("input-fp16", "float16 input, four heads of 128 dims a token", _float16),
         InputClass("padding", "padding: negative cache_loc entries", _padding),
         InputClass("out-of-range", "out-of-range slots (cache_loc >= num_slots, checked=False)", _out_of_range),
         InputClass("strided-inputs", "strided inputs (and a strided cache_loc)", _strided_inputs),

@@ -160,7 +160,8 @@ def _unread(node: Node, text: str, failures: Path | None) -> Finding:
 #: The dimension each capability row varies from the plain call, as diagnose's triggers name it.
 ROW_TRIGGERS = {"not-pow2": "dim-not-pow2+heads-not-pow2", "input-2d": "input-2d", "cache-3d": "cache-3d",
                 "cache-4d": "page-size", "cache-uint8": "cache-uint8", "loc-int32": "loc-int32",
-                "input-fp32": "input-float32", "padding": "padding", "out-of-range": "out-of-range",
+                "input-fp32": "input-float32", "input-fp16": "input-float16", "padding": "padding",
+                "out-of-range": "out-of-range",
                 "strided-inputs": "strided-input+strided-loc", "strided-caches": "strided-cache",
                 "special-values": "special-values", "empty": "empty-batch", "many-tokens": "many-tokens",
                 "format-alias": "format-alias",
