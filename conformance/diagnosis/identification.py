@@ -200,13 +200,17 @@ def identify(impl: Implementation, points: list[Point], device: torch.device, to
 
 def identify_robustly(impl: Implementation, points: list[Point], device: torch.device) -> tuple[str, str]:
     """held_recipe of the sweep; where the whole batch matches no recipe (or raises), the sweep again one token
-    a call, then each token alone at slot 0 of a one-slot cache: a kernel whose defect is where tokens go (a
-    tile's slots, a slot split into page and offset the wrong way round) still computes a recipe, and its
-    defect is the properties' to find."""
-    recipe, note = held_recipe(identify(impl, points, device))
+    a call, then (where it raised, or its residual is no value class) each token alone at slot 0 of a one-slot
+    cache: a kernel whose defect is where tokens go (a tile's slots, a slot split into page and offset the
+    wrong way round) still computes a recipe, and its defect is the properties' to find."""
+    first = identify(impl, points, device)
+    recipe, note = held_recipe(first)
     if note.startswith("identified"):
         return recipe, note
-    for how, alone in (("one token a call", False), ("each token alone at slot 0 of a one-slot cache", True)):
+    tries = [("one token a call", False)]
+    if first.errors or "class:" not in note:  # not a value residual the sweep already classed: a slot defect?
+        tries.append(("each token alone at slot 0 of a one-slot cache", True))
+    for how, alone in tries:
         again, again_note = held_recipe(identify(impl, points, device, tokens=1, alone=alone))
         if again_note.startswith("identified"):
             return again, (f"{again_note}, {how} (a call of {TOKENS} tokens matches no recipe: "
