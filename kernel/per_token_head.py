@@ -212,17 +212,26 @@ def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_
                    k_scale_cache, v_scale_cache, pth)  # type: ignore[arg-type]
 
 
-def head_scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
-    """Each head's fp32 scale s, [..., H], from its values x32 [..., H, D] (see the module docstring)."""
+#: Where each rule floors: the scale after the division (vLLM), or amax before it (FlashInfer).
+FLOOR_ON = {"vllm": "scale", "flashinfer": "amax"}
+
+
+def head_scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe, floor_on: str | None = None) -> torch.Tensor:
+    """Each head's fp32 scale s, [..., H], from its values x32 [..., H, D] (see the module docstring).
+    `floor_on` ("amax", "scale" or "none") moves the recipe's floor: the wrong rules the diagnosis tries
+    (conformance/diagnosis/pth_causes.py); None is the recipe's own (FLOOR_ON)."""
     nan = torch.isnan(x32)
     amax = torch.where(nan, 0.0, x32.abs()).amax(-1)  # NaN kept out of the max: its rule is below
     # Tensor / tensor: ATen's CUDA division by a Python scalar multiplies by its reciprocal.
     q_max = torch.full_like(amax, E4M3.max_finite)
-    if recipe.rule == "vllm":
-        s = amax / q_max
-        s = torch.where(s < FLOOR_VLLM, FLOOR_VLLM, s)  # an explicit compare: no min/max NaN rule involved
+    floor = FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER
+    where = floor_on or FLOOR_ON[recipe.rule]
+    if where == "amax":
+        s = torch.where(amax < floor, floor, amax) / q_max
     else:
-        s = torch.where(amax < FLOOR_FLASHINFER, FLOOR_FLASHINFER, amax) / q_max
+        s = amax / q_max
+        if where == "scale":
+            s = torch.where(s < floor, floor, s)  # an explicit compare: no min/max NaN rule involved
     return torch.where(nan.any(-1), torch.nan, s)
 
 

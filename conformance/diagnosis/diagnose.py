@@ -84,6 +84,14 @@ def _telling(case: Case) -> Case | None:
 REDRAWN_TOKENS = 32
 
 
+def _redrawn(case: Case, seeds: int) -> list[Case]:
+    """The Case with its values re-drawn from `seeds` other seeds (no overrides), then the first REDRAWN_SEEDS
+    of them with REDRAWN_TOKENS tokens: a minimal Case may hold one element, whose re-drawn value seldom shows a
+    defect that touches one value in a hundred (a scale held as fp16)."""
+    redrawn = [case.replace(seed=(case.seed + k * 7919) % 2**31, overrides=()) for k in range(1, seeds + 1)]
+    return redrawn + [v for v in map(_more_tokens, redrawn[:REDRAWN_SEEDS]) if v is not None]
+
+
 def _more_tokens(case: Case) -> Case | None:
     """The Case with REDRAWN_TOKENS tokens in slots 0.. (pages added as needed), its H, D and layouts kept;
     None when it has that many already, or none (an empty batch)."""
@@ -407,10 +415,7 @@ class Diagnoser:
             return effect
         sign_rule = effect.key.startswith(("encoding:", "zero-sign:"))
         keys = [effect.key, *effect.alternatives]
-        redrawn = [case.replace(seed=(case.seed + k * 7919) % 2**31, overrides=()) for k in range(1, REDRAWN_SEEDS + 1)]
-        # and with more tokens: a minimal Case may hold one element, whose re-drawn value seldom shows a
-        # defect that touches one value in a hundred (a scale held as fp16)
-        redrawn += [v for v in map(_more_tokens, redrawn) if v is not None]
+        redrawn = _redrawn(case, REDRAWN_SEEDS)
         # and with ordinary scales too: at an extreme one (3.4e38) every byte may be ±0 under several rules
         redrawn += [v for v in map(_telling, redrawn) if v is not None]
         for variant in redrawn:
@@ -455,19 +460,8 @@ class Diagnoser:
                 continue
             else:
                 variants = list(ablation.variants(case, self.plain))
-            shows = False
-            for variant in variants:
-                redrawn = [variant.replace(seed=(variant.seed + k * 7919) % 2**31, overrides=())
-                           for k in range(1, TRIGGER_SEEDS + 1)]
-                redrawn += [v for v in map(_more_tokens, redrawn[:REDRAWN_SEEDS]) if v is not None]
-                for v in redrawn:
-                    r = self.replay(v)
-                    if r is not None and not r.error and symptom in r.symptoms:
-                        shows = True
-                        break
-                if shows:
-                    break
-            if not shows:
+            shown = (self.replay(v) for variant in variants for v in _redrawn(variant, TRIGGER_SEEDS))
+            if not any(r is not None and not r.error and symptom in r.symptoms for r in shown):
                 kept.append(dim)
         return kept
 

@@ -129,13 +129,16 @@ def _patterns(dtype: str, device: torch.device) -> torch.Tensor:
 def _call(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.device,
           recipe: str | None = None, page_size: int = 1, tokens: int = TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
     """A write of x as K (scale ks) and V (scale vs), token t to slot t, in calls of `tokens` tokens; returns
-    both caches' bytes. Pages of `page_size` slots: the caches' bytes are in slot order whatever it is.
-    page_size 0: each token alone, to slot 0 of a cache of one slot (a kernel that computes any other slot
-    wrongly still shows its recipe there), its bytes then copied to slot t."""
-    if page_size == 0:
-        rows = [_call_slots(impl, x[t:t + 1], ks, vs, device, recipe, 1, 1, 1) for t in range(TOKENS)]
-        return tuple(torch.cat([r[i] for r in rows]) for i in range(2))
+    both caches' bytes. Pages of `page_size` slots: the caches' bytes are in slot order whatever it is."""
     return _call_slots(impl, x, ks, vs, device, recipe, page_size, tokens, TOKENS)
+
+
+def _call_alone(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.device,
+                recipe: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `_call`, but each token alone, to slot 0 of a cache of one slot (a kernel that computes any other
+    slot wrongly still shows its recipe there), its bytes then taken as slot t's."""
+    rows = [_call_slots(impl, x[t:t + 1], ks, vs, device, recipe, 1, 1, 1) for t in range(x.shape[0])]
+    return tuple(torch.cat([r[i] for r in rows]) for i in range(2))
 
 
 def _call_slots(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.device, recipe: str | None,
@@ -173,7 +176,7 @@ def identify(impl: Implementation, points: list[Point], device: torch.device, to
     Each point is one call (or calls of `tokens` tokens) with the same scale for K and V, so that a defect in
     how one scale is passed (the properties' business) does not hide the recipe. Index i of a point's bytes is
     pattern i % 65536, of K below 65536 and of V above. `alone`: each token alone, to slot 0 of a one-slot
-    cache (`_call`'s page_size 0).
+    cache (`_call_alone`).
     """
     res = Result(points, {r: {} for r in RECIPES}, {}, {r: {} for r in RECIPES})
     told = impl.recipe if impl.convention.told_recipe else None
@@ -181,7 +184,9 @@ def identify(impl: Implementation, points: list[Point], device: torch.device, to
         scale = p.arg(device)
         try:
             try:
-                got = _call(impl, _patterns(p.dtype, device), scale, scale, device, told, 0 if alone else 1, tokens)
+                x = _patterns(p.dtype, device)
+                got = (_call_alone(impl, x, scale, scale, device, told) if alone
+                       else _call(impl, x, scale, scale, device, told, tokens=tokens))
             except Exception:
                 if alone:
                     raise

@@ -21,15 +21,14 @@ import torch
 
 from conformance.diagnosis.classify import Finding
 from kernel.per_token_head import (
-    FLOOR_FLASHINFER,
-    FLOOR_VLLM,
+    FLOOR_ON,
+    get_pth_recipe,
     head_scales,
     make_pth_plan,
     quantize_heads,
     write_per_token_head,
 )
 from kernel.recipe import PTH_RECIPES, PerTokenHeadRecipe
-from kernel.reference import E4M3
 from strategies.per_token_head import HEAD_KINDS, PTHBuilt, PTHCase, build_pth
 
 Scales = Callable[[torch.Tensor, PerTokenHeadRecipe], torch.Tensor]
@@ -46,24 +45,11 @@ def _nan_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
 
 
 def _floored(where: str) -> Scales:
-    """The recipe's amax with the floor on the amax ("amax"), on the scale ("scale"), or none ("none")."""
-    def scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
-        nan = torch.isnan(x32)
-        amax = torch.where(nan, 0.0, x32.abs()).amax(-1)
-        q_max = torch.full_like(amax, E4M3.max_finite)
-        floor = FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER
-        if where == "amax":
-            s = torch.where(amax < floor, floor, amax) / q_max
-        elif where == "scale":
-            s = amax / q_max
-            s = torch.where(s < floor, floor, s)
-        else:
-            s = amax / q_max
-        return torch.where(nan.any(-1), torch.nan, s)
-    return scales
+    """The recipe's rule with its floor on the amax ("amax"), on the scale ("scale"), or none ("none")."""
+    return lambda x32, recipe: head_scales(x32, recipe, floor_on=where)
 
 
-#: key, title, scale rule; the floor rule the recipe itself follows is skipped for it.
+#: key, title, scale rule; the floor the recipe itself has (FLOOR_ON) is skipped for it.
 RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:amax-over-heads", "takes one amax over all of a token's heads (a per-token scale)", _per_token),
     ("per-token-head:nan-dropped", "leaves NaN out of a head's amax (fmaxf), where the recipe's scale is NaN",
@@ -72,7 +58,6 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:floor-on-scale", "floors the scale, where the recipe floors the amax", _floored("scale")),
     ("per-token-head:no-floor", "has no floor: an all-zero head's scale is 0, and 0/0 is NaN", _floored("none")),
 )
-_OWN_FLOOR = {"vllm": "per-token-head:floor-on-scale", "flashinfer": "per-token-head:floor-on-amax"}
 
 
 def _whole(b: PTHBuilt) -> dict[str, torch.Tensor]:
@@ -118,11 +103,11 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     if got[0] is None:
         return None
     cases, got = zip(*[(c, g) for c, g in zip(cases, got) if g is not None])
-    held = make_pth_plan(**build_pth(pc, device).call()).recipe
+    held = get_pth_recipe(pc.mode)
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
         plain = [_reference_with(c, device, recipe, head_scales) for c in cases]
         for key, title, scales in RULES:
-            if key == _OWN_FLOOR.get(recipe.rule):
+            if key == f"per-token-head:floor-on-{FLOOR_ON[recipe.rule]}":
                 continue
             want = [_reference_with(c, device, recipe, scales) for c in cases]
             if all(_same(w, p) for w, p in zip(want, plain)):  # the rule changes nothing here: not told apart

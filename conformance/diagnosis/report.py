@@ -701,20 +701,21 @@ def _attribute_unexplained(groups: Groups) -> None:
         _move(groups, key, lambda _n, _f: (host, why))
 
 
-#: Per-head and per-token-head failures read by where the bytes differ, not by a named cause.
-LOCATED = ("scale:per-head", "per-token-head:values", "per-token-head:scales")
+#: Per-head and per-token-head keys: the prefix of those that name a cause, and those read by where the bytes
+#: differ.
+LOCATED = (("scale:per-head-", ("scale:per-head",)),
+           ("per-token-head:", ("per-token-head:values", "per-token-head:scales", "per-token-head:writes-outside")))
 
 
 def _merge_per_head(groups: Groups) -> None:
     """A per-head failure no wrong reading of the [H] scale explained (`scale:per-head`: an e5m2 cache's, say)
     beside the one that names how the [H] scale is misread is that one; likewise a per-token-head failure no
     scale rule explained (an exhaustive test's, which keeps no Case) beside the one scale rule named."""
-    for prefix in ("scale:per-head-", "per-token-head:"):
-        named = [k for k in groups if k.startswith(prefix) and k not in LOCATED
-                 and k != "per-token-head:writes-outside"]
+    for prefix, located in LOCATED:
+        named = [k for k in groups if k.startswith(prefix) and k not in located]
         if len(named) != 1:
             continue
-        for key in [k for k in LOCATED if k in groups and k.startswith(prefix.rstrip("-:"))]:
+        for key in [k for k in located if k in groups and k != "per-token-head:writes-outside"]:
             _move(groups, key, lambda _n, _f, host=named[0]: (host, " (no cause named on this call)"))
 
 
