@@ -53,6 +53,16 @@ class Convention:
     per_head_scales: bool = False  # takes a [H] float32 k_scale / v_scale (conformance/test_per_head.py)
     per_token_head: bool = False  # writes dynamic per-(token, head) scales (conformance/test_per_token_head.py)
     static: bool = True  # writes with given scales (False: per-token-head writes only)
+    # The recipe the serving stack's own kernel for this call computes (kernel/recipe.py), where it has one: a
+    # kernel identified as computing another is conformant to that recipe, yet differs from its stack's bytes
+    stack_recipe: str | None = None
+
+    def stack_note(self, held: str | None) -> str:
+        """What the report says when the identified recipe is not the stack's own ('' when it is, or none)."""
+        if not held or not self.stack_recipe or held == self.stack_recipe:
+            return ""
+        return (f"not the {self.name} stack's own recipe ({self.stack_recipe}): its bytes differ from the stack's "
+                f"kernel where the two recipes round apart")
 
     @property
     def arguments(self) -> frozenset[str]:
@@ -160,6 +170,7 @@ VLLM = Convention(
     input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
     format_position=5, format_names=(("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8_e5m2")),
     format_aliases=(("fp8_e4m3", "fp8_e4m3"),),
+    stack_recipe="divide",  # vLLM's CUDA reshape_and_cache_flash: x / scale (kernel/recipe.py)
 )
 # vLLM with per-attention-head scales (vllm#30141): the same call, k_scale/v_scale also [H] float32 tensors. Opt-in
 # (--convention vllm-per-head): a vLLM kernel without them is not held to them.

@@ -10,6 +10,11 @@ included, are compared on the GPU with torch.equal; the byte-diff helper explain
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -29,6 +34,26 @@ NUM_SLOTS = NUM_PAGES * PAGE
 SLOTS = (0, 1, 2**31 // SLOT_BYTES - 1, 2**31 // SLOT_BYTES, NUM_SLOTS // 2 + 5,
          NUM_SLOTS - PAGE - 3, NUM_SLOTS - 2, NUM_SLOTS - 1)
 GIB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def _one_big_test_per_gpu_at_a_time() -> Iterator[None]:
+    """Each test holds 6 to 21 GiB: xdist workers, and reports run side by side (tools/corpus.py), take turns
+    through a lock file per GPU, and each gives its cached blocks back when done. Without both, an 80 GiB card
+    ran out of memory in a small test of another process (an H100, 14 reports at a time)."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    index = torch.cuda.current_device()
+    gpu = getattr(torch.cuda.get_device_properties(index), "uuid", index)  # the card, whatever the process sees
+    lock = Path(tempfile.gettempdir()) / f"kvfp8-bigcache-{gpu}.lock"
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            torch.cuda.empty_cache()
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _need_free(gib: float) -> None:

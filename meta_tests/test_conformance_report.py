@@ -57,6 +57,9 @@ def test_exact_defects_and_exit_status(run):
     assert found == EXPECTED, json.dumps(report["defects"], indent=1)
     assert report["recipe"]["held"] == "divide", report["recipe"]
     assert "# Conformance report" in done.stdout and (out / "planted_impl.fused_fp8_set_kv_buffer.md").exists()
+    # where the time went: the failing tests' diagnoses, which pytest's durations leave out
+    diagnosis = report["run"]["diagnosis"]
+    assert diagnosis["seconds"] > 0 and diagnosis["slowest"] and "| diagnosis |" in done.stdout, diagnosis
 
 
 def test_capability_rows(run):

@@ -294,3 +294,39 @@ def test_a_per_head_scale_read_wrong_is_named_by_how(read, key, step, tmp_path, 
     values = {"v_scale": (0.5, 2.0, 0.3)}
     [finding] = _findings(_per_head_message(impl, case, values, step), "test_per_head", impl)
     assert finding.key == key, finding
+
+
+# -- k and v sharing memory ----------------------------------------------------------------------------
+
+def v_is_k_shortcut(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """Quantizes once when v is k (one tensor passed twice): V's bytes are K's, v_scale ignored."""
+    from kernel import naive_fp8_set_kv_buffer
+    same = v.data_ptr() == k.data_ptr() and v.stride() == k.stride()
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, k_scale if same else v_scale, page_size,
+                            recipe=recipe, checked=checked)
+
+
+def test_a_defect_of_k_and_v_sharing_memory_is_its_own(tmp_path, monkeypatch):
+    """test_overlap's failure with v is k, where the same caches' sharing with k and v apart (the same values)
+    passes, is `wrong-bytes:inputs-shared`: not a symptom of the run's one strided-cache defect, as the caches'
+    own sharing failures are (seen: a held-out kernel's second defect folded into its first)."""
+    from conformance.diagnosis import report
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import Node
+    from conformance.test_overlap import INPUTS_SPECIFIC, SPECIFIC, _inputs_own_buffers
+    from strategies.overlap import InputSharing, Pool, Sharing
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = Implementation("v-is-k", v_is_k_shortcut, convention=detect(v_is_k_shortcut))
+    case = _small().replace(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7), recipe="unfused")
+    halves = Pool(order=(0, 4, 1, 2, 3), extra=(0, 0, 0, 0, 0))
+    assert _inputs_own_buffers(case, Sharing(halves, InputSharing("same")), impl, CPU)
+    with pytest.raises(ConformanceFailure) as info:
+        fail(impl, "differs from the reference (recipe unfused) when its tensors share memory:",
+             f"v_cache bytes differ\nsharing: ...\n{SPECIFIC}\n{INPUTS_SPECIFIC}", case)
+    [finding] = _findings(info.value, "test_overlap", impl)
+    assert finding.key == "wrong-bytes:inputs-shared", finding
+    strided = Finding("strides", "strides:cache-ignored@strided-cache", "ignores the cache's strides")
+    nodes = {"a": Node("a", "failed", findings=[strided]), "b": Node("b", "failed", findings=[finding])}
+    keys = sorted(d.key for d in report.defects_from(nodes, tmp_path / "cases", {"args": ""}))
+    assert keys == ["strides:cache-ignored@strided-cache", "wrong-bytes:inputs-shared"], keys

@@ -123,6 +123,26 @@ def test_a_reference_failure_is_blamed_on_the_suite(monkeypatch):
     assert finding.key == "unclassified:suite" and "suite bug" in finding.title, finding
 
 
+def test_the_gpu_running_out_of_memory_in_the_suite_is_not_a_defect():
+    """Another process holding the GPU is the machine's state: no defect, and no suite bug either."""
+    from conformance import harness
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.impls import Implementation
+    from kernel import naive_fp8_set_kv_buffer
+
+    # raised in a suite frame (conformance/harness.py's name: a graph pool's allocation, as seen on an H100)
+    suite_frame = compile('raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has '
+                          'a total capacity of 79.18 GiB of which 13.50 MiB is free.")',
+                          str(Path(harness.__file__)), "exec")
+    try:
+        exec(suite_frame, {"torch": torch})
+    except torch.OutOfMemoryError as exc:
+        error = exc
+    impl = Implementation("reference", naive_fp8_set_kv_buffer, {})
+    [finding] = classify_failure(error, "test_graphs", "test_replay_new_contents", {}, impl, torch.device("cpu"))
+    assert finding.key == "unclassified:out-of-memory" and "other processes" in finding.title, finding
+
+
 def _always_tensor0d(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                      use_triton=True, *, recipe="unfused", checked=False):
     """An implementation that rounds a tensor scale to the input dtype whatever recipe it is told."""
@@ -150,6 +170,14 @@ def _every_scale_findings(fn, dtype: str, scale) -> list:
             check_patterns(pattern_case(dtype, scale, scale, "unfused-nan"), impl, cpu)
         return classify_failure(info.value, "test_all_patterns_every_scale", "test_exhaustive",
                                 {"dtype": dtype, "recipe": "unfused-nan"}, impl, cpu)
+
+
+def test_a_recipe_other_than_the_stacks_own_is_said_so():
+    """A vLLM kernel identified as multiplying by 1/s conforms to that recipe, but not to vLLM's own x / s: the
+    report's recipe line says so; a stack with no one recipe (SGLang's) says nothing."""
+    from conformance.conventions import SGLANG, VLLM
+    assert "vllm stack's own recipe (divide)" in VLLM.stack_note("single")
+    assert VLLM.stack_note("divide") == "" and VLLM.stack_note(None) == "" and SGLANG.stack_note("divide") == ""
 
 
 def test_every_scale_exhaustive_failure_is_classified_by_its_case():

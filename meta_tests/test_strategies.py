@@ -58,6 +58,10 @@ def _features(case: Case) -> set[str]:
         f |= {"misaligned"} if lay.offset % 16 else set()
     f |= {"loc_step>1"} if case.loc_step > 1 else set()
     f |= {"padding"} if any(s < 0 for s in case.cache_loc) else set()
+    real = [(t, s) for t, s in enumerate(case.cache_loc) if 0 <= s < case.num_slots]
+    # real slots one run over the batch, a padded token holding its place in it: (4, -1, 6)
+    f |= {"run-with-holes"} if len(real) > 1 and len(real) < case.num_tokens and all(
+        s - t == real[0][1] - real[0][0] for t, s in real) and real[-1][0] - real[0][0] >= len(real) else set()
     f |= {"out-of-range"} if any(s >= case.num_slots for s in case.cache_loc) else set()
     f |= {"T=0"} if case.num_tokens == 0 else set()
     f |= {"checked"} if case.checked else set()
@@ -87,7 +91,7 @@ def test_cases_cover_the_space_at_useful_rates():
     # exact tie at every element, so this only checks that the general strategy reaches them at all.
     wanted |= {"exact-target=e4m3-tie": 0.005, "exact-target=e4m3-grid": 0.02}
     wanted |= {"non-contiguous": 0.6, "permuted": 0.2, "padded": 0.2, "inner-step": 0.1, "misaligned": 0.1,
-               "loc_step>1": 0.1, "padding": 0.05, "out-of-range": 0.1, "checked": 0.03}
+               "loc_step>1": 0.1, "padding": 0.05, "out-of-range": 0.1, "checked": 0.03, "run-with-holes": 0.005}
     # T=0 moved from 10 in 400 (an H200 worker) to 3 (a CPU worker, once the e5m2 and per-token-head
     # modules brought their literals): the general strategy must reach it; empty batches have their own
     # property (conformance/test_ties.py::test_empty_batch_flat_input).

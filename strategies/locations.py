@@ -4,7 +4,8 @@ Slots are unique (which token wins a shared slot is unspecified, so a bit-exact 
 hold there) and come in the shapes servers produce: a run of consecutive slots (prefill, crossing
 page boundaries), one slot per page, or slots spread anywhere; sorted or shuffled; often touching
 the first and last slot and both sides of a page boundary. On top: padding entries (-1, sometimes
-other negatives) and, only when asked, out-of-range entries (>= num_slots) that must write nothing.
+other negatives; between a run's slots, or holding a place in it) and, only when asked, out-of-range entries
+(>= num_slots) that must write nothing.
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def cache_locs(draw: st.DrawFn, num_tokens: int, num_slots: int, page_size: int,
     """cache_loc entries for num_tokens tokens: unique slots, padding, out-of-range entries if asked.
 
     Needs num_slots >= num_tokens. Padded and out-of-range tokens keep their positions in the batch,
-    anywhere (first, last, between real tokens), as in a padded batch.
+    anywhere (first, last, between real tokens), as in a padded batch; with padding, the real tokens' slots
+    are sometimes one run over the whole batch with the padded tokens' slots left out ((4, -1, 6)).
+    Shrinks to no padding, no out-of-range entries, a run in batch order.
     """
     if num_slots < num_tokens:
         raise ValueError(f"cache_locs needs num_slots >= num_tokens, got {num_slots} < {num_tokens}")
@@ -95,7 +98,15 @@ def cache_locs(draw: st.DrawFn, num_tokens: int, num_slots: int, page_size: int,
         for t in bad:
             kinds[t] = "oob"
     n_real = kinds.count("slot")
-    slots = draw(_slots(n_real, num_slots, page_size), label="slots") if n_real else []
+    if "pad" in kinds and n_real and draw(st.booleans(), label="run_with_holes"):
+        # One run over the whole batch, each padded token's slot left out (a request's slots kept, a dropped
+        # token's not written): (4, -1, 6). A kernel that takes the batch for one run from its endpoints
+        # writes the padded token to slot 5.
+        start = draw(ints(0, num_slots - num_tokens), label="run_start")
+        slots = [start + t for t, kind in enumerate(kinds) if kind == "slot"]
+        event("loc: run with holes")
+    else:
+        slots = draw(_slots(n_real, num_slots, page_size), label="slots") if n_real else []
     if n_real > 1 and draw(st.booleans(), label="shuffle"):
         slots = list(draw(st.permutations(slots), label="slot_order"))
         event("loc: shuffled")

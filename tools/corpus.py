@@ -53,7 +53,8 @@ def expected_key(effect: str, trigger: str) -> str:
 
 def found_keys(report: dict[str, Any]) -> list[str]:
     """The defects a report names outside the argument contract."""
-    return [d["key"] for d in report.get("defects", []) if not d["key"].startswith("validation:")]
+    return [d["key"] for d in report.get("defects", []) if not d["key"].startswith("validation:")
+            and d["key"] != "unclassified:out-of-memory"]  # the machine's, not a defect: the row is incomplete
 
 
 def _cuda() -> bool:
@@ -88,7 +89,8 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     found = sorted(set(found_keys(report)))
     row.update(found=found, recipe=report["recipe"]["held"], report=str(path.with_suffix(".md")),
                incomplete="incomplete" in report["verdict"])
-    row["verdict"] = "exact" if found == expected else "wrong"
+    starved = any(d["key"] == "unclassified:out-of-memory" for d in report.get("defects", []))
+    row["verdict"] = "out of GPU memory" if starved else "exact" if found == expected else "wrong"
     return row
 
 

@@ -84,10 +84,21 @@ def _tokens(case: Case, draw: Draw) -> list[int]:
 
 
 def _padding(case: Case, draw: Draw) -> Case:
-    loc = list(case.cache_loc)
-    for t in _tokens(case, draw):
+    """Some tokens' slots made negative: half the time in one run of at least three slots, its first and last
+    kept and tokens inside it padded ((4, -1, 6): a kernel that takes a batch for one run from its endpoints
+    writes the padded token to slot 5), else any tokens of the plain Case. Shrinks to the run."""
+    tokens, pages = case.num_tokens, case.num_pages
+    if not draw(st.booleans(), label="padding_anywhere"):  # the run first: Hypothesis's simplest example
+        tokens = max(tokens, 3)
+        pages = max(pages, -(-tokens // case.page_size))
+        start = draw(st.integers(0, pages * case.page_size - tokens))
+        loc = [start + i for i in range(tokens)]
+        pads = draw(st.lists(st.integers(1, tokens - 2), min_size=1, max_size=tokens - 2, unique=True))
+    else:
+        loc, pads = list(case.cache_loc), _tokens(case, draw)
+    for t in pads:
         loc[t] = draw(sampled((-1, -2, -1000, INT_MIN[case.loc_dtype])))
-    return case.replace(cache_loc=tuple(loc))
+    return case.replace(num_tokens=tokens, num_pages=pages, cache_loc=tuple(loc))
 
 
 #: Tokens of the many-tokens row: 512 + 16, the tile tail of sglang#15522, past every power-of-two tile or

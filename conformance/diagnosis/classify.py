@@ -805,11 +805,17 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
     if module == "test_overlap" and conformance and "specific to the shared memory" in message:
         # The saved Case rebuilds separate buffers, where the implementation passes: the sharing is the defect
         # (a Case that fails on its own too goes the usual way below, replayed and classified by its bytes).
-        if "raises on a valid call" in what:
-            exception = re.search(r" raised (\w+(?:\.\w+)*):", message)
+        raising = "raises on a valid call" in what
+        exception = re.search(r" raised (\w+(?:\.\w+)*):", message)
+        facts = {"exception": exception.group(1) if exception else ""} if raising else {}
+        if "specific to k and v sharing memory" in message:  # the caches' sharing alone passes (test_overlap)
+            cls = "raises" if raising else "wrong-bytes"
+            return [Finding(cls, f"{cls}:inputs-shared", f"{'raises' if raising else 'writes wrong bytes'} when k "
+                            "and v share memory (one tensor passed twice, or the halves of one buffer), and not "
+                            "when they have buffers of their own", replayable=False, facts=facts)]
+        if raising:
             return [Finding("raises", "raises:shared-memory", "raises when its caches share one buffer without "
-                            "sharing a byte (an interleaved K/V pool, an arena)", replayable=False,
-                            facts={"exception": exception.group(1) if exception else ""})]
+                            "sharing a byte (an interleaved K/V pool, an arena)", replayable=False, facts=facts)]
         return [Finding("wrong-bytes", "wrong-bytes:shared-memory", "writes wrong bytes when its tensors share one "
                         "buffer without a cache sharing a byte", replayable=False)]
     if kind == "SuiteError":  # conformance.harness: the reference raised; never the implementation's defect
@@ -819,6 +825,11 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         if isinstance(exc, AssertionError) and not raised_by_implementation(exc):
             return [Finding("unclassified", "unclassified:assertion", f"a suite assertion failed: {normalize(message)}",
                             replayable=False)]
+        if kind.endswith("OutOfMemoryError") and not raised_by_implementation(exc):
+            # The machine's memory, not code: other processes held the GPU when the suite allocated
+            return [Finding("unclassified", "unclassified:out-of-memory", "not run to the end: the GPU ran out of "
+                            "memory in the suite's own allocation (other processes held it); rerun with the GPU to "
+                            f"itself: {normalize(message, 120)}", replayable=False)]
         if not raised_by_implementation(exc):  # raised in this suite's frames (a diagnosis bug): never a defect
             return [Finding("unclassified", "unclassified:suite", f"a suite bug, not this implementation's: {kind}: "
                             f"{normalize(message, 160)}", replayable=False)]

@@ -360,7 +360,17 @@ class Diagnoser:
         if finite != case.overrides:  # and without its NaNs and infinities: where a NaN makes every byte 0x7F (a
             variants.append(case.replace(overrides=finite))  # scale made from the data), inputs read from the
             # poison around a tensor (quiet NaNs) fit by chance
-        for variant in variants:
+        # and with its values re-drawn (no overrides), and at ordinary scales: where a misread argument puts
+        # bytes depends on neither, so those calls must fail too. A value defect that makes whole rows alike (an
+        # fp16 widening that turns zeros into 2**-15, all ±448 at a scale of 1e-30) fits "tokens moved" by
+        # chance, and the call at ordinary scales passes.
+        value_free = [v for v in (case.replace(seed=(case.seed + 7919) % 2**31, overrides=()), _telling(case))
+                      if v is not None]
+        for variant in value_free:  # only their passing tells: new values can show another defect too (a pair)
+            r = self.replay(variant)
+            if r is not None and not r.error and not r.symptoms:
+                keys = []
+        for variant in variants if keys else []:
             r = self.replay(variant)
             if r is None or r.error or not r.symptoms:
                 continue
@@ -377,10 +387,19 @@ class Diagnoser:
         return rest[0] if len(rest) == 1 and not _placed(rest[0]) else Effect(
             "wrong-slot:unexplained", TITLES["wrong-slot:unexplained"],
             f"{summary(replay.expected, replay.actual)}; {effect.title} fit these bytes, not those of the same call "
-            "with more tokens")
+            "with more tokens, other values or other scales")
 
     def _fresh(self, case: Case) -> Callable[[], Built]:
-        return lambda: self.fill(build(case, self.device)) if self.fill else build(case, self.device)
+        """The Case's tensors, new for each call: built once, then copied (a model check builds one per model,
+        dozens a call, and copying buffers costs a fraction of building them)."""
+        first: list[Built] = []
+
+        def fresh() -> Built:
+            if not first:
+                built = build(case, self.device)
+                first.append(self.fill(built) if self.fill else built)
+            return first[0].copy()
+        return fresh
 
     def _told_apart(self, case: Case, effect: Effect) -> Effect:
         """A value effect that several explanations fit (a scale ignored, or the other cache's scale of
@@ -425,12 +444,17 @@ class Diagnoser:
                 # the telling scales are right: a floor under the scale fit a tiny one's zeros).
                 keys = value_keys_fitting(variant, r.expected, r.actual, r.before, keys)
             elif r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)):
+                moved = self._placement_behind_sign(case, variant, r, replay) if sign_rule else None
+                if moved is not None:
+                    return moved
                 continue  # the re-drawn values do not show it: no evidence either way
             elif not sign_rule and r.symptoms - replay.symptoms:
                 continue  # another defect shows too (added tokens past a wrong bound): no evidence either way
             else:
                 again: set[str] = set()
-                for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+                # The value models alone: the question is whether this one fits again, and the placement models
+                # (dozens of reference calls, each on new tensors) answer another (a sign rule's call shows both)
+                for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant), placement=sign_rule):
                     again |= {e.key, *e.alternatives}
                 keys = [key for key in keys if key in again]
             if not keys:
@@ -440,6 +464,18 @@ class Diagnoser:
         if keys == [effect.key, *effect.alternatives]:
             return effect
         return Effect(keys[0], title_of(keys[0], case.recipe), effect.detail, effect.value, keys[1:])
+
+    def _placement_behind_sign(self, case: Case, variant: Case, r: Replay | None, replay: Replay) -> Effect | None:
+        """At an extreme scale every byte is ±0 or ±max, so whole tokens at the wrong slot differ in their signs
+        alone and read as a sign rule. Where the call at ordinary scales shows bytes out of place instead, a
+        placement model that explains it and the minimal Case's own bytes is the cause (V read one token ahead,
+        seen with a v_scale of 1.4e-45)."""
+        if r is None or r.error or "placement" not in r.symptoms:
+            return None
+        for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+            if _placed(e) and explains(e.key, case, replay.expected, replay.actual, replay.before, self._fresh(case)):
+                return e
+        return None
 
     def _value_trigger(self, case: Case, symptom: str, trigger: list[str]) -> list[str]:
         """A value defect that touches a few values in many (one subnormal band) vanishes from an ablation's

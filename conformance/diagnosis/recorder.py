@@ -16,6 +16,7 @@ the examples a property at N.
 from __future__ import annotations
 
 import json
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         for exc in leaves(call.excinfo.value):
             if isinstance(exc, pytest.skip.Exception):
                 continue
-            found.append({"type": type(exc).__name__, "message": str(exc)[:4000],
-                          "findings": _classified(item, exc, unrepeatable)})
+            started = time.perf_counter()  # the diagnosis's time, which pytest's durations leave out
+            findings = _classified(item, exc, unrepeatable)
+            found.append({"type": type(exc).__name__, "message": str(exc)[:4000], "findings": findings,
+                          "seconds": round(time.perf_counter() - started, 2)})
         report.user_properties.append(("kvfp8_leaves", json.dumps(found)))
 
 

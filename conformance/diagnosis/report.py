@@ -69,6 +69,7 @@ class Node:
     skip: str = ""
     findings: list[Finding] = field(default_factory=list)
     text: str = ""
+    diagnosis_seconds: float = 0.0  # classifying its failures (replays, ablations), in the test's process
 
     @property
     def module(self) -> str:
@@ -111,6 +112,7 @@ def nodes_from(records: Iterable[dict[str, Any]], failures: Path | None = None) 
             node.outcome = "failed"
             for leaf in r.get("leaves", []):
                 node.findings += [Finding.from_dict(f) for f in leaf.get("findings", [])]
+                node.diagnosis_seconds += leaf.get("seconds", 0.0)
             text = r.get("longrepr", "")
             if text and not r.get("leaves"):
                 node.text = text
@@ -304,6 +306,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_to_plain_call(groups)
     _merge_plain_call(groups)
     _merge_encoding(groups)
+    _merge_value_trigger(groups)
     _attribute_unexplained(groups)
     _attribute_to_the_one_defect(groups)
     if fresh is not None:
@@ -415,10 +418,16 @@ def _merge_narrower(groups: Groups) -> None:
     for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and same_effect(k) == same_effect(key)
                     and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k)))
-                    and not _unsized(groups[k], trigger_set(key) - trigger_set(k))]
+                    and not _unsized(groups[k], trigger_set(key) - trigger_set(k)) and not _combined(k)]
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
             _move(groups, key, lambda _n, _f, host=host: (host, None))
+
+
+def _combined(key: str) -> bool:
+    """What no model explains with no trigger: where two defects show at once in its Case, no ablation made it
+    vanish (each left the other's failure), so its empty trigger is no narrower one (_attribute_combined)."""
+    return same_effect(key) == "unexplained" and not trigger_set(key)
 
 
 def _unsized(pairs: list[tuple[str, Finding]], extra: frozenset[str]) -> bool:
@@ -602,9 +611,12 @@ def _case_of(f: Finding) -> Case | None:
     try:
         if f.case_file:
             return load_case(f.case_file)[0]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # records read on another machine: the file stayed there, the facts came along
+    try:
         saved = f.facts.get("case") or f.facts.get("minimal")  # a graph report's Case; a diagnosed minimal variant
         return Case.from_dict(saved) if saved else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -639,8 +651,17 @@ def _attribute_to_the_one_defect(groups: Groups) -> None:
     if len(diagnosed) != 1:
         return
     kind = ", a value effect" if class_of(diagnosed[0]) in VALUE_CLASSES else ""
+
+    def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
+        # not where its Case lacks the defect's trigger: a shared slot left unwritten on tensor scales is no
+        # symptom of a raise on float scales
+        case = _case_of(f)
+        if case is not None and not _triggered(case, diagnosed):
+            return None
+        return diagnosed[0], f" (not diagnosed by replay; the run's one defect{kind})"
+
     for key in [k for k in groups if k in UNDIAGNOSED]:
-        _move(groups, key, lambda _n, _f: (diagnosed[0], f" (not diagnosed by replay; the run's one defect{kind})"))
+        _move(groups, key, host_of)
 
 
 def _attribute_to_plain_call(groups: Groups) -> None:
@@ -751,6 +772,23 @@ def _merge_encoding(groups: Groups) -> None:
         host = max(sorted(group), key=lambda k: (len(_encoding_kinds(k)), len(groups[k])))
         for key in sorted(group - {host}):
             _move(groups, key, lambda _n, _f, host=host: (host, " (an encoding rule of the same defect)"))
+
+
+def _merge_value_trigger(groups: Groups) -> None:
+    """Value effects under one and the same trigger (`@input-float16`) are one: a conversion that goes wrong for
+    one input dtype gives wrong bytes of several rules (a widening of fp16 without its subnormals: zeros off by
+    an ulp, NaN saturated), each keyed by the same dimension. One defect, under its key of the most findings.
+    (`@any` is no trigger: two value defects for every input stay two.)"""
+    by_trigger: dict[frozenset[str], list[str]] = {}
+    for key in groups:
+        if "@" in key and class_of(key) in VALUE_CLASSES and trigger_set(key):
+            by_trigger.setdefault(trigger_set(key), []).append(key)
+    for keys in by_trigger.values():
+        if len(keys) < 2:
+            continue
+        host = max(sorted(keys), key=lambda k: len(groups[k]))
+        for key in sorted(set(keys) - {host}):
+            _move(groups, key, lambda _n, _f, host=host: (host, " (a rule of the same defect: the same trigger)"))
 
 
 def _attribute_graph(groups: Groups) -> None:
@@ -961,14 +999,26 @@ def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputC
     report["schema"] = SCHEMA
     report["run"] = {**meta.get("run", {}), "tests": {k: outcomes.get(k, 0) for k in
                                                      ("passed", "failed", "skipped", "crashed")}}
+    slowest = sorted(nodes.values(), key=lambda n: -n.diagnosis_seconds)[:5]
+    report["run"]["diagnosis"] = {"seconds": round(sum(n.diagnosis_seconds for n in nodes.values()), 1),
+                                  "slowest": [[n.nodeid.split("::", 1)[-1], round(n.diagnosis_seconds, 1)]
+                                              for n in slowest if n.diagnosis_seconds]}
     report["capabilities"] = capabilities
     report["defects"] = [d.to_dict() for d in defects]
-    report["verdict"] = verdict(capabilities, len(defects), outcomes.get("passed", 0))
+    starved = sum(d.key == OUT_OF_MEMORY for d in defects)
+    report["verdict"] = verdict(capabilities, len(defects) - starved, outcomes.get("passed", 0), starved)
     return report
 
 
-def verdict(capabilities: list[dict[str, Any]], defects: int, passed: int) -> str:
+#: A test the GPU's memory stopped in the suite's own allocation (other processes held it): not a defect.
+OUT_OF_MEMORY = "unclassified:out-of-memory"
+
+
+def verdict(capabilities: list[dict[str, Any]], defects: int, passed: int, starved: int = 0) -> str:
     """The report's one-line verdict: its defects, and whether every row ran."""
+    if starved:
+        return (f"incomplete: {defects} defect{'s' * (defects != 1)} in what ran, and tests the GPU's memory "
+                "stopped (other processes held it): rerun with the GPU to itself")
     unrun = [c for c in capabilities if c.get("status") == "not run"]
     # Why they did not run: families left out (--families), or the budget (--budget)
     unselected = sum("not selected" in c.get("detail", "") for c in unrun)
@@ -1015,6 +1065,11 @@ def markdown(r: dict[str, Any]) -> str:
              f"| run | {_minutes(run['seconds'])}; {tests['passed']} passed, {tests['failed']} failed, "
              f"{tests['skipped']} skipped, {tests['crashed']} crashed; families: {', '.join(run['families'])} |",
              f"| examples | {run['examples']} |"]
+    diagnosis = run.get("diagnosis") or {}
+    if diagnosis.get("seconds"):  # summed over xdist workers: it can exceed the run's wall time
+        slowest = ", ".join(f"`{t}` {s} s" for t, s in diagnosis["slowest"][:3])
+        lines.append(f"| diagnosis | {_minutes(diagnosis['seconds'])} of replays in all (the failing tests' "
+                     f"processes); slowest: {slowest} |")
     if run.get("cuts"):
         lines.append(f"| cut | {'; '.join(run['cuts'])} |")
     lines += ["", "## Capabilities", ""]
