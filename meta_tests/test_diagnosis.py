@@ -288,6 +288,23 @@ def test_an_undiagnosed_failure_joins_the_one_defect_only_where_its_case_trigger
         assert ("wrong-slot:shared" not in groups) == joins, (host, sorted(groups))
 
 
+def test_value_rules_under_one_trigger_are_one_defect() -> None:
+    """An fp16 widening without subnormals writes zeros an ulp off and NaN saturated, and bytes no model explains,
+    each only for float16 input (a held-out kernel): one defect. Two value defects `@any` stay two."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_value_trigger
+    keys = ["off-by-one-ulp@input-float16", "encoding:saturates@input-float16",
+            "wrong-bytes:unexplained@input-float16+scale-value", "wrong-slot:tokens-moved@padding"]
+    groups = {k: [(str(i), Finding(class_of(k), k, "?"))] for i, k in enumerate(keys)}
+    groups["off-by-one-ulp@input-float16"].append(("x", Finding("off-by-one-ulp", "off-by-one-ulp@input-float16", "?")))
+    _merge_value_trigger(groups)
+    assert sorted(groups) == ["off-by-one-ulp@input-float16", "wrong-slot:tokens-moved@padding"], sorted(groups)
+    assert len(groups["off-by-one-ulp@input-float16"]) == 4
+    apart = {k: [("a", Finding(class_of(k), k, "?"))] for k in ("flush-to-zero@any", "encoding:nan-sign@any")}
+    _merge_value_trigger(apart)
+    assert len(apart) == 2, apart
+
+
 def test_the_verdict_says_why_rows_did_not_run() -> None:
     from conformance.diagnosis.report import verdict
     ran = {"status": "conforms"}

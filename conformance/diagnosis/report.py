@@ -777,8 +777,9 @@ def _merge_encoding(groups: Groups) -> None:
 def _merge_value_trigger(groups: Groups) -> None:
     """Value effects under one and the same trigger (`@input-float16`) are one: a conversion that goes wrong for
     one input dtype gives wrong bytes of several rules (a widening of fp16 without its subnormals: zeros off by
-    an ulp, NaN saturated), each keyed by the same dimension. One defect, under its key of the most findings.
-    (`@any` is no trigger: two value defects for every input stay two.)"""
+    an ulp, NaN saturated), each keyed by the same dimension. One defect, under its key of the most findings,
+    with what no model explains under that trigger and value dimensions. (`@any` is no trigger: two value
+    defects for every input stay two.)"""
     by_trigger: dict[frozenset[str], list[str]] = {}
     for key in groups:
         if "@" in key and class_of(key) in VALUE_CLASSES and trigger_set(key):
@@ -789,6 +790,14 @@ def _merge_value_trigger(groups: Groups) -> None:
         host = max(sorted(keys), key=lambda k: len(groups[k]))
         for key in sorted(set(keys) - {host}):
             _move(groups, key, lambda _n, _f, host=host: (host, " (a rule of the same defect: the same trigger)"))
+    # Wrong bytes no model explains under that trigger and value dimensions alone are its bytes too
+    for key in [k for k in groups if k.startswith("wrong-bytes:unexplained@")]:
+        own = frozenset(d for d in trigger_set(key) if not (BY_NAME.get(d) and BY_NAME[d].value))
+        hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES and own
+                 and trigger_set(h) == own]
+        if len(hosts) == 1:
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (nothing explains it; under that value "
+                                                                    "defect's trigger)"))
 
 
 def _attribute_graph(groups: Groups) -> None:
