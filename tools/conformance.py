@@ -150,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tools.conformance: {impl.name} ({impl.convention.name} convention) on {device} ({describe()})",
           flush=True)
     held, note = _hold(impl, args.recipe, args.sweep == "full" if args.sweep else None)
-    if impl.convention.stack_note(held):
-        note += f"; {impl.convention.stack_note(held)}"
+    stack = impl.convention.stack_note(held)
+    if stack:
+        note += f"; {stack}"
     print(f"tools.conformance: recipe {held or 'every recipe'}: {note}", flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="kvfp8-conformance-"))

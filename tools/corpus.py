@@ -51,10 +51,14 @@ def expected_key(effect: str, trigger: str) -> str:
     return identity(Effect(effect, "", value=class_of(effect) in VALUE_CLASSES), dims)
 
 
+#: conformance/diagnosis/classify.py's key for a test the GPU's memory stopped: the machine's, not a defect
+OUT_OF_MEMORY = "unclassified:out-of-memory"
+
+
 def found_keys(report: dict[str, Any]) -> list[str]:
     """The defects a report names outside the argument contract."""
     return [d["key"] for d in report.get("defects", []) if not d["key"].startswith("validation:")
-            and d["key"] != "unclassified:out-of-memory"]  # the machine's, not a defect: the row is incomplete
+            and d["key"] != OUT_OF_MEMORY]
 
 
 def _cuda() -> bool:
@@ -89,7 +93,7 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     found = sorted(set(found_keys(report)))
     row.update(found=found, recipe=report["recipe"]["held"], report=str(path.with_suffix(".md")),
                incomplete="incomplete" in report["verdict"])
-    starved = any(d["key"] == "unclassified:out-of-memory" for d in report.get("defects", []))
+    starved = any(d["key"] == OUT_OF_MEMORY for d in report.get("defects", []))
     row["verdict"] = "out of GPU memory" if starved else "exact" if found == expected else "wrong"
     return row
 

@@ -774,6 +774,10 @@ def _per_token_head(message: str) -> Finding:
                    "bytes (no per-token-head recipe gives them)", replayable=False)
 
 
+#: A test the GPU's memory stopped in the suite's own allocation (other processes held it): not a defect.
+OUT_OF_MEMORY = "unclassified:out-of-memory"
+
+
 def _classify(exc: BaseException, message: str, test: str, module: str, params: dict[str, Any],
               impl: Implementation | None, device: torch.device | None) -> list[Finding]:
     kind = type(exc).__name__
@@ -827,7 +831,7 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                             replayable=False)]
         if kind.endswith("OutOfMemoryError") and not raised_by_implementation(exc):
             # The machine's memory, not code: other processes held the GPU when the suite allocated
-            return [Finding("unclassified", "unclassified:out-of-memory", "not run to the end: the GPU ran out of "
+            return [Finding("unclassified", OUT_OF_MEMORY, "not run to the end: the GPU ran out of "
                             "memory in the suite's own allocation (other processes held it); rerun with the GPU to "
                             f"itself: {normalize(message, 120)}", replayable=False)]
         if not raised_by_implementation(exc):  # raised in this suite's frames (a diagnosis bug): never a defect

@@ -370,6 +370,7 @@ class Diagnoser:
             r = self.replay(variant)
             if r is not None and not r.error and not r.symptoms:
                 keys = []
+                break
         for variant in variants if keys else []:
             r = self.replay(variant)
             if r is None or r.error or not r.symptoms:
@@ -576,7 +577,12 @@ def keyed_by_values(key: str) -> bool:
     symptom class as the values move, so such a trigger is chance where the same effect has another."""
     trig = trigger_set(key)
     return class_of(key) not in VALUE_CLASSES and same_effect(key) != "unexplained" and bool(trig) and all(
-        BY_NAME.get(t) is not None and BY_NAME[t].value for t in trig)
+        value_dimension(t) for t in trig)
+
+
+def value_dimension(dimension: str) -> bool:
+    """A trigger dimension of the values themselves (`values`, `scale-value`, `special-values`), not of the call."""
+    return bool(BY_NAME.get(dimension) and BY_NAME[dimension].value)
 
 
 #: The capability cell of an effect class.
@@ -619,7 +625,7 @@ def _value_dimension(effect: Effect, dimension: str) -> bool:
     the other cache's scale (which two equal scales hide)."""
     if dimension == "scales-differ":
         return effect.key != "scale:swapped"
-    return bool(BY_NAME.get(dimension) and BY_NAME[dimension].value)
+    return value_dimension(dimension)
 
 
 def _named(effect: Effect, trigger: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
-from conformance.diagnosis.classify import CLASS_TITLES, Finding
+from conformance.diagnosis.classify import CLASS_TITLES, OUT_OF_MEMORY, Finding
 from conformance.diagnosis.diagnose import (
     VALUE_CLASSES,
     class_of,
@@ -27,6 +27,7 @@ from conformance.diagnosis.diagnose import (
     same_effect,
     trigger_of,
     trigger_set,
+    value_dimension,
 )
 from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
@@ -792,7 +793,7 @@ def _merge_value_trigger(groups: Groups) -> None:
             _move(groups, key, lambda _n, _f, host=host: (host, " (a rule of the same defect: the same trigger)"))
     # Wrong bytes no model explains under that trigger and value dimensions alone are its bytes too
     for key in [k for k in groups if k.startswith("wrong-bytes:unexplained@")]:
-        own = frozenset(d for d in trigger_set(key) if not (BY_NAME.get(d) and BY_NAME[d].value))
+        own = frozenset(d for d in trigger_set(key) if not value_dimension(d))
         hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES and own
                  and trigger_set(h) == own]
         if len(hosts) == 1:
@@ -1017,10 +1018,6 @@ def build(meta: dict[str, Any], records: list[dict[str, Any]], rows: list[InputC
     starved = sum(d.key == OUT_OF_MEMORY for d in defects)
     report["verdict"] = verdict(capabilities, len(defects) - starved, outcomes.get("passed", 0), starved)
     return report
-
-
-#: A test the GPU's memory stopped in the suite's own allocation (other processes held it): not a defect.
-OUT_OF_MEMORY = "unclassified:out-of-memory"
 
 
 def verdict(capabilities: list[dict[str, Any]], defects: int, passed: int, starved: int = 0) -> str:
