@@ -305,6 +305,21 @@ def test_value_rules_under_one_trigger_are_one_defect() -> None:
     assert len(apart) == 2, apart
 
 
+def test_a_defect_merged_from_a_wider_trigger_keeps_its_own_triggers_title() -> None:
+    """The exhaustive tests' Cases keep their shape, so they key a head-tile defect `@plain`; merged into
+    `@heads-above:4`, their (more numerous) findings must not title it "on the plain call"."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_narrower, _title
+    key, plain = "wrong-bytes:unexplained@heads-above:4", "wrong-bytes:unexplained@plain"
+    sized = Finding("wrong-bytes", key, "writes wrong bytes, only when H is above 4")
+    exhaustive = [(f"test_exhaustive.py::test_all_patterns[{i}]", Finding("wrong-bytes", plain, "writes wrong "
+                   "bytes, on the plain call")) for i in range(3)]
+    groups = {key: [("test_bit_exact.py::test_bit_exact", sized)], plain: exhaustive}
+    _merge_narrower(groups)
+    assert list(groups) == [key] and len(groups[key]) == 4, groups
+    assert _title(key, [f for _, f in groups[key]]) == "writes wrong bytes, only when H is above 4"
+
+
 def test_the_verdict_says_why_rows_did_not_run() -> None:
     from conformance.diagnosis.report import verdict
     ran = {"status": "conforms"}

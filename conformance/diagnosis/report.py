@@ -260,6 +260,9 @@ class Defect:
 def _title(key: str, group: list[Finding]) -> str:
     if "@" in key:  # diagnosed: the finding says effect and trigger in words
         own = [f for f in group if f.key == key and not f.facts.get("symptom_of")] or group
+        # the findings keyed so by their own diagnosis: a wider trigger merged in would name the wrong one (the
+        # exhaustive tests' "on the plain call" under `@heads-above:4`)
+        own = [f for f in own if not f.facts.get("merged_from")] or own
         # a finding merged in under this key (nested triggers, one explanation) keeps its own effect's title
         own = [f for f in own if f.facts.get("effect") == key.split("@", 1)[0]] or own
         return Counter(f.title for f in own).most_common(1)[0][0]
@@ -399,6 +402,8 @@ def _move(groups: Groups, key: str, host_of) -> None:
         host, why = found
         if why is not None:  # None: the same defect under another key (nested triggers), not a symptom
             f.facts = {**f.facts, "symptom_of": host, "symptom": f"{f.title}{why}"}
+        else:  # its title names its own trigger, not the host's (_title)
+            f.facts = {**f.facts, "merged_from": key}
         f.key = host
         groups[host].append((nodeid, f))
     if kept:
