@@ -1639,3 +1639,22 @@ def test_rows_made_alike_by_a_value_defect_are_not_tokens_moved() -> None:
                 overrides=rows, recipe="unfused")
     found = {f.key for f in Diagnoser(_impl(_fp16_zero_as_2_15), CPU).diagnose(case)}
     assert found and not any(k.startswith("wrong-slot:tokens-moved") for k in found), found
+
+
+def test_asking_only_some_value_models_answers_as_the_whole_reading_does() -> None:
+    """The corroboration asks whether its keys fit a re-drawn call again (effects.explain's `only`): the keys it
+    asks about that fit are those the whole reading names, and a key that fits nowhere leaves the whole reading."""
+    from conformance.diagnosis.effects import explain
+
+    d = Diagnoser(_impl(_flush_and_pad), CPU)
+    for case in (_case(cache_loc=(5, 2, 9)), _case(cache_loc=(1, 3, 2), seed=8, num_tokens=3)):
+        r = d.replay(case)
+        whole = explain(case, r.expected, r.actual, r.before, d._fresh(case))
+        named = {k for e in whole for k in (e.key, *e.alternatives)}
+        assert "flush-to-zero" in named, named
+        for asked in ({"flush-to-zero"}, {"flush-to-zero", "scale:inverted"}, {"scale:inverted"}):
+            some = explain(case, r.expected, r.actual, r.before, d._fresh(case), only=frozenset(asked))
+            answered = {k for e in some for k in (e.key, *e.alternatives)}
+            assert answered & asked == named & asked, (asked, answered, named)
+        nothing = explain(case, r.expected, r.actual, r.before, d._fresh(case), only=frozenset({"scale:inverted"}))
+        assert [(e.key, e.alternatives) for e in nothing] == [(e.key, e.alternatives) for e in whole]

@@ -143,6 +143,48 @@ def test_the_gpu_running_out_of_memory_in_the_suite_is_not_a_defect():
     assert finding.key == "unclassified:out-of-memory" and "other processes" in finding.title, finding
 
 
+def test_the_gpu_running_out_of_memory_in_the_implementation_is_not_a_defect_unless_it_asks_past_the_card():
+    """An implementation's own allocation (a torch kernel's temporaries) or a CUDA graph's pool that found the card
+    full is the machine's too (nine reports side by side on an H100 read it as raises:OutOfMemoryError,
+    graph:capture and crash); an allocation larger than the whole card is the implementation's."""
+    from conformance.diagnosis.classify import classify_failure, out_of_memory
+    from conformance.harness import ConformanceFailure
+
+    full = ("CUDA out of memory. Tried to allocate {} GiB. GPU 0 has a total capacity of 79.18 GiB of which "
+            "13.50 MiB is free. Process 4242 has 21.00 GiB memory in use.")
+    assert out_of_memory(full.format("2.00")) and not out_of_memory(full.format("120.00"))
+    assert out_of_memory("AcceleratorError: CUDA error: out of memory")
+    assert not out_of_memory("IndexError: index 2048 is out of bounds for dimension 0 with size 2048")
+    for asked, machine in (("2.00", True), ("120.00", False)):
+        failure = ConformanceFailure("reference: raises on a valid call:\nreference raised OutOfMemoryError: "
+                                     f"{full.format(asked)}")
+        found = classify_failure(failure, "test_bit_exact", "test_bit_exact", {}, None, None)
+        assert [f.key == "unclassified:out-of-memory" for f in found] == [machine], found
+
+
+def test_a_failed_big_cache_test_lets_go_of_its_buffers():
+    """pytest keeps a failed test's traceback until the next failure: test_bigcache raises its failure again
+    without the frames that hold 6 to 21 GiB, so side-by-side reports do not fill the card between them."""
+    import gc
+    import weakref
+
+    from conformance.harness import ConformanceFailure
+    from conformance.test_bigcache import _released
+
+    held: list = []
+
+    def check() -> None:
+        buffer = torch.zeros(1024)
+        held.append(weakref.ref(buffer))
+        raise ConformanceFailure("impl: differs from the reference on a big cache")
+
+    with pytest.raises(ConformanceFailure, match="big cache") as info:
+        _released(check)
+    gc.collect()
+    assert held[0]() is None, "the failure still holds the check's buffer"
+    assert "differs" in str(info.value)
+
+
 def _always_tensor0d(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                      use_triton=True, *, recipe="unfused", checked=False):
     """An implementation that rounds a tensor scale to the input dtype whatever recipe it is told."""

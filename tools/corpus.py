@@ -88,7 +88,10 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     expected = sorted({expected_key(e, t) for e, t in cat.effects(entry, interpreted)})
     row = {"file": entry["file"], "causes": entry["causes"], "expected": expected, "seconds": round(seconds, 1)}
     if not path.exists():
-        return {**row, "found": [], "error": (done.stdout + done.stderr)[-800:], "verdict": "no report"}
+        error = (done.stdout + done.stderr)[-800:]
+        # a card other reports filled before this one's first CUDA call (its identification): the machine's
+        return {**row, "found": [], "error": error,
+                "verdict": "out of GPU memory" if "out of memory" in error else "no report"}
     report = json.loads(path.read_text())
     found = sorted(set(found_keys(report)))
     row.update(found=found, recipe=report["recipe"]["held"], report=str(path.with_suffix(".md")),

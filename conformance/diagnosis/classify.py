@@ -774,8 +774,32 @@ def _per_token_head(message: str) -> Finding:
                    "bytes (no per-token-head recipe gives them)", replayable=False)
 
 
-#: A test the GPU's memory stopped in the suite's own allocation (other processes held it): not a defect.
+#: A test the GPU's memory stopped (other processes held it): the machine's, not a defect.
 OUT_OF_MEMORY = "unclassified:out-of-memory"
+#: What an allocation that found the card full says: torch's OutOfMemoryError, or the runtime's own error where a
+#: context, a graph pool or a kernel's workspace could not be had (torch.AcceleratorError).
+_FULL = re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation|OutOfMemoryError")
+_ASKED = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|bytes)")
+_CARD = re.compile(r"total capacity of ([\d.]+) GiB")
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "bytes": 1}
+
+
+def out_of_memory(text: str) -> bool:
+    """Whether an error is the GPU's memory running out for an allocation the card could hold: other processes
+    held it (reports run side by side), so the machine's and not the implementation's. An implementation that
+    asks for more than the whole card is its own defect (a raise)."""
+    if not _FULL.search(text):
+        return False
+    asked, card = _ASKED.search(text), _CARD.search(text)
+    if asked and card:
+        return float(asked.group(1)) * _UNITS[asked.group(2)] <= float(card.group(1)) * 2**30
+    return True
+
+
+def starved(message: str) -> Finding:
+    """The finding of a test the GPU's memory stopped: no defect, and the report's verdict says incomplete."""
+    return Finding("unclassified", OUT_OF_MEMORY, "not run to the end: the GPU ran out of memory (other processes "
+                   f"held it); rerun with the GPU to itself: {normalize(message, 120)}", replayable=False)
 
 
 def _classify(exc: BaseException, message: str, test: str, module: str, params: dict[str, Any],
@@ -783,6 +807,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
     kind = type(exc).__name__
     conformance = any(c.__name__ == "ConformanceFailure" for c in type(exc).__mro__)
     what = _what(message)
+    if out_of_memory(f"{kind}: {message}"):  # in any frame, the suite's or the implementation's
+        return [starved(message)]
     # Hypothesis's own errors are never the implementation's exception, in any module
     if kind.startswith(("Flaky", "FailedHealthCheck", "Unsatisfiable", "DeadlineExceeded", "HypothesisException",
                         "InvalidArgument")):
@@ -829,11 +855,6 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         if isinstance(exc, AssertionError) and not raised_by_implementation(exc):
             return [Finding("unclassified", "unclassified:assertion", f"a suite assertion failed: {normalize(message)}",
                             replayable=False)]
-        if kind.endswith("OutOfMemoryError") and not raised_by_implementation(exc):
-            # The machine's memory, not code: other processes held the GPU when the suite allocated
-            return [Finding("unclassified", OUT_OF_MEMORY, "not run to the end: the GPU ran out of "
-                            "memory in the suite's own allocation (other processes held it); rerun with the GPU to "
-                            f"itself: {normalize(message, 120)}", replayable=False)]
         if not raised_by_implementation(exc):  # raised in this suite's frames (a diagnosis bug): never a defect
             return [Finding("unclassified", "unclassified:suite", f"a suite bug, not this implementation's: {kind}: "
                             f"{normalize(message, 160)}", replayable=False)]

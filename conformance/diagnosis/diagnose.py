@@ -39,7 +39,14 @@ from conformance.diagnosis.ablation import (
     with_ordinary_values,
     words,
 )
-from conformance.diagnosis.classify import Finding, case_size, classify_result, normalize, run_case
+from conformance.diagnosis.classify import (
+    Finding,
+    case_size,
+    classify_result,
+    normalize,
+    out_of_memory,
+    run_case,
+)
 from conformance.diagnosis.effects import (
     TITLES,
     Effect,
@@ -158,6 +165,8 @@ class Diagnoser:
                 expected, actual, error, before, report = run_case(case, self.impl.telling(case), self.device,
                                                                    self.fill)
             except Exception:  # the reference refused the variant (the suite's own limit): not evidence
+                return None
+            if error and out_of_memory(error):  # the card was full (other processes): no evidence either way
                 return None
             found = [] if error else classify_result(case, expected, actual, None, before)
             replay = Replay(error, symptoms(error, found), report, expected, actual, before)
@@ -413,9 +422,10 @@ class Diagnoser:
         if r is None or r.error:
             return effect
         again: set[str] = set()
-        for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):
+        keys = [effect.key, *effect.alternatives]
+        for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant), only=frozenset(keys)):
             again |= {e.key, *e.alternatives}
-        fits = [k for k in [effect.key, *effect.alternatives] if k in again]
+        fits = [k for k in keys if k in again]
         if not fits:
             return effect
         return Effect(fits[0], title_of(fits[0], case.recipe), effect.detail, effect.value, fits[1:])
@@ -455,7 +465,8 @@ class Diagnoser:
                 again: set[str] = set()
                 # The value models alone: the question is whether this one fits again, and the placement models
                 # (dozens of reference calls, each on new tensors) answer another (a sign rule's call shows both)
-                for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant), placement=sign_rule):
+                for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant), placement=sign_rule,
+                                 only=frozenset(keys)):
                     again |= {e.key, *e.alternatives}
                 keys = [key for key in keys if key in again]
             if not keys:

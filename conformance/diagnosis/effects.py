@@ -934,8 +934,11 @@ def _on_some_heads(w: _Written, e: torch.Tensor, held: str, case: Case) -> tuple
     return None
 
 
-def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> list[Effect]:
-    """Value effects, one per differing cache, when only written slots differ; [] otherwise."""
+def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
+            only: frozenset[str] = frozenset()) -> list[Effect]:
+    """Value effects, one per differing cache, when only written slots differ; [] otherwise. With `only`, the
+    models of those keys are tried first, and the rest only where none of them fits: a caller asking whether
+    these keys fit again reads the same answer without some forty other models' reference calls."""
     held = case.recipe
     effects = []
     for which in CACHES:
@@ -957,7 +960,10 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if kept.numel() > 1 and bool(kept.all()):
             return []  # every differing byte is the slot's old one: not written (no value rule fit by chance;
             # one byte alone is no evidence: a seeded old byte is 0x00 one time in 256, as a flushed value is)
-        found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
+        found = list(dict.fromkeys(key for key, model in _value_models(w, held, case)
+                                   if key in only and w.fits(model()))) if only else []
+        if not found:
+            found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual) if case.cache_format == "fp8_e4m3" else None  # e4m3's byte rules
         infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None
         if infinities == "shown":
@@ -1166,16 +1172,17 @@ def summary(expected: Built, actual: Built) -> str:
 
 
 def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
-            fresh: Callable[[], Built], placement: bool = True, exclude: frozenset[str] = frozenset()) -> list[Effect]:
+            fresh: Callable[[], Built], placement: bool = True, exclude: frozenset[str] = frozenset(),
+            only: frozenset[str] = frozenset()) -> list[Effect]:
     """The effects that account for every differing cache byte of this call ([] when none differs); exclude:
-    placement effects a larger call refuted."""
+    placement effects a larger call refuted; only: the value effects the caller asks about (_values)."""
     if all(torch.equal(expected.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES):
         return []
     if placement:  # first: an exact simulation of a misread argument, which no value rule can give by chance
         moved = _placement(case, actual, fresh, exclude)
         if moved is not None:
             return [moved]
-    values = _values(case, expected, actual, before)
+    values = _values(case, expected, actual, before, only)
     if values:
         return values
     if _unwritten(case, expected, actual, before):

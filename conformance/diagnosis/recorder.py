@@ -79,7 +79,7 @@ def leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _classified(item: pytest.Item, exc: BaseException, unrepeatable: bool = False) -> list[dict[str, Any]]:
-    from conformance.diagnosis.classify import Finding, classify_failure
+    from conformance.diagnosis.classify import Finding, classify_failure, out_of_memory, starved
     module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
     test = getattr(item, "originalname", None) or item.name
     callspec = getattr(item, "callspec", None)
@@ -97,6 +97,8 @@ def _classified(item: pytest.Item, exc: BaseException, unrepeatable: bool = Fals
             return [f.to_dict() for f in findings]
         except Exception as err:  # the classifier's own failure must not hide the test's
             detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+            if out_of_memory(detail):  # its replays found the card full: the byte classes read off the text
+                return [starved(detail).to_dict()]  # alone would name a defect for each (nine reports at once)
     findings = [Finding("unclassified", "unclassified:classifier", f"could not classify: {detail[:200]}",
                         replayable=False, excerpt="\n".join(str(exc).splitlines()[:14]))]
     return [f.to_dict() for f in findings]
