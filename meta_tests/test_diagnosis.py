@@ -1658,3 +1658,23 @@ def test_asking_only_some_value_models_answers_as_the_whole_reading_does() -> No
             assert answered & asked == named & asked, (asked, answered, named)
         nothing = explain(case, r.expected, r.actual, r.before, d._fresh(case), only=frozenset({"scale:inverted"}))
         assert [(e.key, e.alternatives) for e in nothing] == [(e.key, e.alternatives) for e in whole]
+
+
+def _v_heads_from_k(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """A head-tiled write whose second tile of V takes K's base: V's heads from 2 on hold K's values."""
+    v = v.clone()
+    if v.dim() == 3:
+        v[:, 2:] = k[:, 2:]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+@pytest.mark.parametrize("heads", [4, 8])
+def test_a_misread_argument_on_some_heads_is_that_misread_there(heads: int) -> None:
+    """One placement model on some heads, the reference's bytes on the rest, is named by that model (of the
+    models that fit so, the one fewest heads contradict: K and V swapped fits V's heads too, and every head of
+    K's cache is against it), and says which heads."""
+    [found] = Diagnoser(_impl(_v_heads_from_k), CPU).diagnose(_case(num_heads=heads))
+    assert found.key == "kv-mixed:k-for-v@plain", found
+    assert "some heads" in found.title, found
+    assert f"v_cache only on heads {', '.join(map(str, range(2, heads)))} (" in found.facts["detail"], found

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.cachemap import CACHES, written_mask
+from conformance.cachemap import CACHES, byte_index, written_mask
 from conformance.diagnosis.classify import _quantized, _Rows, _scale_value, _scale_variant_values, _sign_pairs
 from kernel import RECIPES, naive_fp8_set_kv_buffer
 from kernel.plan import ScaleArg, _self_overlapping
@@ -502,13 +502,13 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
 )
 
 
-def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Callable[[], Built]) -> bool:
-    """Whether the reference under this misread call gives the implementation's bytes over both caches."""
+def _modelled(model: Callable[[Built], dict | None], fresh: Callable[[], Built]) -> Built | None:
+    """The reference's bytes under this misread call; None when the reference cannot make it."""
     built = fresh()
     try:
         call = model(built)
         if call is None:
-            return False
+            return None
         after = call.pop("_after", [])
         writer = call.pop("_writer", None) or (_token_by_token if call.pop("_token_by_token", False)
                                                else lambda c: naive_fp8_set_kv_buffer(**c))
@@ -516,16 +516,79 @@ def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Cal
         for write_back in after:
             write_back()
     except Exception:  # the misread call is not one the reference can make: not this model
-        return False
-    return all(torch.equal(built.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES)
+        return None
+    return built
+
+
+def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Callable[[], Built]) -> bool:
+    """Whether the reference under this misread call gives the implementation's bytes over both caches."""
+    built = _modelled(model, fresh)
+    return built is not None and all(torch.equal(built.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES)
+
+
+def _heads_split(case: Case, expected: Built, actual: Built,
+                 modelled: Built) -> tuple[dict[str, list[int]], int] | None:
+    """The heads of each cache that hold the model's bytes, when every head holds either the reference's or the
+    model's (some the model's, where they differ from the reference's, and some the reference's where the
+    model's differ), and every byte outside the heads is the reference's: a head-tiled kernel whose later tiles
+    take a wrong base. With the count of heads right where the model differs (the fewer, the closer the model).
+    None otherwise."""
+    split: dict[str, list[int]] = {}
+    partial = 0
+    for which in CACHES:
+        e, a, m = (b.buffers[which].cpu() for b in (expected, actual, modelled))
+        ok_e, ok_m = a == e, a == m
+        index = byte_index(case, which).flatten(0, 1)  # [slots, H, D]
+        inside = torch.zeros_like(ok_e)
+        inside[index.flatten()] = True
+        if not bool(ok_e[~inside].all()):
+            return None
+        heads = []
+        for h in range(case.num_heads):
+            at = index[:, h].flatten()
+            if bool(ok_e[at].all()):
+                partial += not bool(ok_m[at].all())
+            elif bool(ok_m[at].all()):
+                heads.append(h)
+            else:
+                return None
+        if heads:
+            split[which] = heads
+    return (split, partial) if split and partial else None
+
+
+def _placed_on_some_heads(case: Case, expected: Built, actual: Built, fresh: Callable[[], Built],
+                          exclude: frozenset[str] = frozenset()) -> Effect | None:
+    """A placement model that gives the implementation's bytes on some heads, the reference's on the rest; of
+    several, the one fewest heads contradict (V's later heads read from K fit K and V swapped too, with every
+    head of K's cache against it), the others its alternatives."""
+    if case.num_heads < 2:
+        return None
+    fits: list[tuple[int, str, str, dict[str, list[int]]]] = []
+    for key, detail, model in PLACEMENT:
+        built = None if key in exclude or any(f[1] == key for f in fits) else _modelled(model, fresh)
+        found = None if built is None else _heads_split(case, expected, actual, built)
+        if found:
+            fits.append((found[1], key, detail, found[0]))
+    if not fits:
+        return None
+    best = min(f[0] for f in fits)
+    (_, key, detail, split), *others = [f for f in fits if f[0] == best]
+    where = "; ".join(f"{w} only on heads {', '.join(map(str, hs))}" for w, hs in split.items())
+    return Effect(key, f"{title_of(key)}, on some heads only", f"{detail + '; ' if detail else ''}{where} (the "
+                  "other heads right)", alternatives=[f[1] for f in others])
 
 
 def explains(key: str, case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
              fresh: Callable[[], Built]) -> bool:
-    """Whether this placement or moved effect explains every differing byte of the call."""
+    """Whether this placement or moved effect explains every differing byte of the call (a placement model on
+    some heads, the reference's bytes on the others, too)."""
     models = [model for k, _, model in PLACEMENT if k == key]
     if models:
-        return any(_reproduces(model, actual, fresh) for model in models)
+        if any(_reproduces(model, actual, fresh) for model in models):
+            return True
+        return any((b := _modelled(model, fresh)) is not None and _heads_split(case, expected, actual, b) is not None
+                   for model in models)
     moved = _tokens_moved if key == "wrong-slot:tokens-moved" else _within_rows
     found = moved(case, expected, actual, before)
     return found is not None and key in (found.key, *found.alternatives)
@@ -1193,6 +1256,10 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if keys:
             return [moved if keys[0] == moved.key else Effect(keys[0], title_of(keys[0]), moved.detail,
                                                               alternatives=keys[1:])]
+    if placement:  # last: one misread argument on some heads, the rest right (a head tile's wrong base)
+        some = _placed_on_some_heads(case, expected, actual, fresh, exclude)
+        if some is not None:
+            return [some]
     outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
                   for w in CACHES)
     key = "wrong-slot:unexplained" if outside else "wrong-bytes:unexplained"
