@@ -1259,10 +1259,11 @@ def _slots_sorted_not_rows(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_sc
 def test_tokens_moved_by_their_order_are_one_defect_of_the_order() -> None:
     """Slots sorted without their rows: on (0, -1) padding lands on slot 0 (a padding model fits, and two tokens
     put before refute it); on more tokens, tokens land on each other's slots. Both are whole tokens at other
-    slots, which the tokens in slot order get right: one defect, triggered by the order."""
+    slots, which the tokens in slot order get right: one defect, triggered by the order (the padding only one way
+    of making the slots unsorted: moved off slot 0, the real token still lands on the padding's place)."""
     d = Diagnoser(_impl(_slots_sorted_not_rows), CPU)
     padded = [f.key for f in d.diagnose(_case(num_tokens=2, cache_loc=(0, -1)))]
-    assert padded == ["wrong-slot:tokens-moved@padding+slots-unsorted"]
+    assert padded == ["wrong-slot:tokens-moved@slots-unsorted"]
     assert [f.key for f in d.diagnose(_case(cache_loc=(9, 5, 0)))] == ["wrong-slot:tokens-moved@slots-unsorted"]
 
 
@@ -1678,3 +1679,74 @@ def test_a_misread_argument_on_some_heads_is_that_misread_there(heads: int) -> N
     assert found.key == "kv-mixed:k-for-v@plain", found
     assert "some heads" in found.title, found
     assert f"v_cache only on heads {', '.join(map(str, range(2, heads)))} (" in found.facts["detail"], found
+
+
+def _edge_slot_skipped(first: bool):
+    def write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+              recipe="unfused", checked=False):
+        n = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
+        skipped = torch.where(cache_loc == (0 if first else n - 1), torch.full_like(cache_loc, -1), cache_loc)
+        _reference(k, v, k_cache, v_cache, skipped, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    write.__name__ = f"_{'first' if first else 'last'}_slot_skipped"
+    return write
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_bound_off_by_one_at_either_end_of_the_cache_is_that_slot_unwritten(first: bool) -> None:
+    """`cache_loc > 0` for `>= 0` (slot 0 taken for SGLang's padding slot) and `< n - 1` for `< n` leave one slot
+    unwritten: keyed by the end it is at, not by the plain call, a page size (which moves the last slot) or a
+    bound on the number of slots (which a single slot past it fits)."""
+    case = _case(page_size=4, num_pages=3, cache_loc=(5, 0 if first else 11, 9))
+    found = {f.key for f in Diagnoser(_impl(_edge_slot_skipped(first)), CPU).diagnose(case)}
+    assert found == {f"wrong-slot:unwritten@{'first' if first else 'last'}-slot"}, found
+
+
+def _page_written_back(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                       *, recipe="unfused", checked=False):
+    """Each token stages its whole page as it was before the call, patches its row and stores the page back: of
+    the tokens of one page, the last one's row alone lands."""
+    old = [c.clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    if k_cache.dim() != 4:
+        return
+    last = {int(s) // page_size: int(s) for s in cache_loc.tolist() if 0 <= s < k_cache.shape[0] * page_size}
+    for cache, before in zip((k_cache, v_cache), old):
+        for s in cache_loc.tolist():
+            if 0 <= s < cache.shape[0] * page_size and last[s // page_size] != s:
+                cache[s // page_size, s % page_size] = before[s // page_size, s % page_size]
+
+
+def test_rows_lost_where_tokens_share_a_page_are_keyed_by_the_sharing() -> None:
+    """A page written back whole by each of its tokens loses all but one row: slots left unwritten only when
+    several tokens write one page (one token alone, or each on a page of its own, is right)."""
+    d = Diagnoser(_impl(_page_written_back), CPU)
+    for locs in ((5, 4, 9), (1, 2, 3)):
+        found = {f.key for f in d.diagnose(_case(page_size=4, num_pages=3, cache_loc=locs))}
+        assert found == {"wrong-slot:unwritten@shared-page"}, (locs, found)
+
+
+def test_a_cache_of_one_slot_is_both_ends_and_keeps_the_other() -> None:
+    """A minimal Case may shrink the cache to one slot, both its first and its last: each end's ablation keeps the
+    other end named, so a last slot left unwritten is `@last-slot`, not the page size that made the slot last."""
+    case = _case(num_tokens=1, page_size=1, num_pages=1, cache_loc=(0,))
+    for first in (True, False):
+        found = {f.key for f in Diagnoser(_impl(_edge_slot_skipped(first)), CPU).diagnose(case)}
+        assert found == {f"wrong-slot:unwritten@{'first' if first else 'last'}-slot"}, (first, found)
+
+
+def test_what_nothing_explains_at_some_values_joins_the_one_value_defect_on_every_input() -> None:
+    """An input narrowed to fp16 first, at a scale of 1e-40: a value flushed to 0 times 1/s = inf is NaN where the
+    recipe saturates, which no model reads; under value dimensions alone, it is the run's one value defect on
+    every input (a pair's other defect, out of place, does not count). Two such value defects: no host."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_value_trigger
+
+    def groups(*keys):
+        return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
+    one = groups("input-rounded:float16@any", "wrong-bytes:unexplained@scale-value+values",
+                 "wrong-slot:unwritten@last-slot")
+    _merge_value_trigger(one)
+    assert sorted(one) == ["input-rounded:float16@any", "wrong-slot:unwritten@last-slot"], sorted(one)
+    two = groups("flush-to-zero@any", "rounds-toward-zero@any", "wrong-bytes:unexplained@values")
+    _merge_value_trigger(two)
+    assert "wrong-bytes:unexplained@values" in two, sorted(two)

@@ -276,6 +276,55 @@ def _duplicates(case: Case, plain: str) -> Iterator[Case]:
         yield unique_slots(case)
 
 
+def _edge_slot(first: bool) -> Callable[[Case, str], Iterator[Case]]:
+    """The tokens naming the cache's first (or last) slot moved to free slots between the two ends (a page
+    added where none is left): a bound off by one at either end (`> 0` for `>= 0`, SGLang's slot 0 taken
+    for the padding slot; `< n - 1` for `< n`) leaves that slot alone unwritten."""
+    def variants(case: Case, plain: str) -> Iterator[Case]:
+        n = case.num_slots
+        edge = 0 if first else n - 1
+        picked = sum(s == edge for s in case.cache_loc)
+        if not picked:
+            return
+        if n == 1:  # the one slot is both ends: the other end kept, on a cache of three slots or more
+            pages = -(-3 // case.page_size)
+            total = pages * case.page_size
+            yield case.replace(cache_loc=tuple((total - 1 if first else 0) if s == 0 else _still_out(s, n, total)
+                                               for s in case.cache_loc), num_pages=pages)
+            return
+        used = {s for s in case.cache_loc if 0 <= s < n}
+        pages = case.num_pages
+        while len(free := [s for s in range(1, pages * case.page_size - 1) if s not in used]) < picked:
+            pages += 1
+        order = iter(free)
+        new = pages * case.page_size
+        yield case.replace(cache_loc=tuple(next(order) if s == edge else _still_out(s, n, new)
+                                           for s in case.cache_loc), num_pages=pages)
+    return variants
+
+
+def _own_pages(case: Case, plain: str) -> Iterator[Case]:
+    """Each token that shares its page with another moved to a page of its own, at the same offset (pages
+    added): a kernel that stages a whole page per token and writes it back loses the other tokens' rows."""
+    n = case.num_slots
+    pages = [s // case.page_size for s in case.cache_loc if 0 <= s < n]
+    if case.cache_rank != 4 or case.page_size < 2 or len(pages) == len(set(pages)):
+        return
+    shared = len(pages) - len(set(pages))
+    new = (case.num_pages + shared) * case.page_size
+    seen: set[int] = set()
+    locs, extra = [], case.num_pages
+    for s in case.cache_loc:
+        if 0 <= s < n and s // case.page_size in seen:
+            locs.append(extra * case.page_size + s % case.page_size)
+            extra += 1
+        else:
+            locs.append(_still_out(s, n, new))
+            if 0 <= s < n:
+                seen.add(s // case.page_size)
+    yield case.replace(cache_loc=tuple(locs), num_pages=extra)
+
+
 def _tokens(case: Case, plain: str) -> Iterator[Case]:
     """One token alone (each of the first four in turn), with the overrides of that token."""
     if case.num_tokens < 2:
@@ -324,6 +373,9 @@ ABLATIONS: tuple[Ablation, ...] = (
     Ablation("padding", "only with padding (negative cache_loc entries)", _padding),
     Ablation("out-of-range", "only with out-of-range slots (cache_loc >= number of slots)", _out_of_range),
     Ablation("duplicate-slots", "only when several tokens name one slot", _duplicates),
+    Ablation("shared-page", "only when several tokens write one page", _own_pages),
+    Ablation("first-slot", "only when a token names the cache's first slot (slot 0)", _edge_slot(True)),
+    Ablation("last-slot", "only when a token names the cache's last slot", _edge_slot(False)),
 )
 def _slots_sorted(case: Case, plain: str) -> Iterator[Case]:
     """The tokens in the order of their slots (padding first), each with its own slot and overrides."""

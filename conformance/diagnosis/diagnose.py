@@ -48,6 +48,7 @@ from conformance.diagnosis.classify import (
     run_case,
 )
 from conformance.diagnosis.effects import (
+    BOUNDS,
     TITLES,
     Effect,
     _unwritten,
@@ -232,6 +233,8 @@ class Diagnoser:
                 trigger.append(ablation.name)
         if "many-tokens" in trigger and len(trigger) > 1:  # a consequence of the other trigger, not a cause
             trigger.remove("many-tokens")
+        if "last-slot" in trigger and "page-size" in trigger and self._last_slot_kept_fails(current, symptom):
+            trigger.remove("page-size")  # another page size moved the last slot, not the cause
         for differ, strided, names in (("cache-layouts-differ", "strided-cache", ("k_cache_layout", "v_cache_layout")),
                                        ("input-layouts-differ", "strided-input", ("k_layout", "v_layout"))):
             if differ in trigger and strided in trigger:
@@ -326,6 +329,8 @@ class Diagnoser:
         refuted, the effect is the slots left unwritten (or what no model explains). The variant also names
         slot 0, which every such bound keeps: a kernel that writes nothing (a D it cannot handle) fits a
         bound on a Case whose every slot lies past it, and is refuted there."""
+        if self._bound_refuted(case, effect, replay):
+            return Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"])
         variant = case.replace(num_pages=2 * case.num_pages + 1)
         if 0 not in case.cache_loc:
             variant = variant.replace(num_tokens=case.num_tokens + 1, cache_loc=(*case.cache_loc, 0))
@@ -340,6 +345,37 @@ class Diagnoser:
                else "wrong-slot:unexplained")
         return Effect(key, TITLES[key], "" if key == "wrong-slot:unwritten" else
                       f"{effect.detail} fit these slots, not those of a cache with more pages")
+
+    def _last_slot_kept_fails(self, case: Case, symptom: str) -> bool:
+        """Whether the Case at the plain page size fails with its last slot's tokens at the new last slot."""
+        last = case.num_slots - 1
+        for variant in BY_NAME["page-size"].variants(case, self.plain):
+            end = variant.num_slots - 1
+            if end in variant.cache_loc:
+                return False
+            locs = tuple(end if s == last else v for s, v in zip(case.cache_loc, variant.cache_loc))
+            if not self.fails(variant.replace(cache_loc=locs), symptom):
+                return False
+        return True
+
+    def _bound_refuted(self, case: Case, effect: Effect, replay: Replay) -> bool:
+        """Whether the same cache with the unwritten tokens at other slots past the bound (not the last, nor
+        one a token names) is written right: a bound skips every slot past it, and a check off by one at the
+        cache's end (`< n - 1`) skips the last slot alone, which a bound fits when it is the only slot named."""
+        bound = next((slots(case) for name, slots in BOUNDS if effect.detail == f"slots at or past {name} skipped"),
+                     None)
+        if bound is None:
+            return False
+        named = [s for s in case.cache_loc if 0 <= s < case.num_slots]
+        unwritten = {s for s in named if s >= bound}
+        # past the largest bound that fits as well: every bound that fits skips the slots moved to
+        bound = max(slots(case) for _, slots in BOUNDS if {s for s in named if s >= slots(case)} == unwritten)
+        free = [s for s in range(bound, case.num_slots - 1) if s not in case.cache_loc][:len(unwritten)]
+        if not unwritten or len(free) < len(unwritten):
+            return False
+        moved = dict(zip(sorted(unwritten), free))
+        r = self.replay(case.replace(cache_loc=tuple(moved.get(s, s) for s in case.cache_loc)))
+        return r is not None and not r.error and not r.symptoms
 
     def _order_trigger(self, case: Case, trigger: list[str]) -> list[str]:
         """Whole tokens at other slots that the same tokens in the order of their slots get right: a kernel that

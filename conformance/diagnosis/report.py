@@ -797,9 +797,11 @@ def _merge_value_trigger(groups: Groups) -> None:
         for key in sorted(set(keys) - {host}):
             _move(groups, key, lambda _n, _f, host=host: (host, " (a rule of the same defect: the same trigger)"))
     # Wrong bytes no model explains under that trigger and value dimensions alone are its bytes too
+    # (with none but value dimensions, the run's one value defect on every input: a rule that fits ordinary
+    # values, and at an extreme scale gives a NaN that no model reads, 0 x inf from a flushed input)
     for key in [k for k in groups if k.startswith("wrong-bytes:unexplained@")]:
         own = frozenset(d for d in trigger_set(key) if not value_dimension(d))
-        hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES and own
+        hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES
                  and trigger_set(h) == own]
         if len(hosts) == 1:
             _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (nothing explains it; under that value "
