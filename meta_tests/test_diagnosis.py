@@ -1719,6 +1719,9 @@ def _page_written_back(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=
 def test_rows_lost_where_tokens_share_a_page_are_keyed_by_the_sharing() -> None:
     """A page written back whole by each of its tokens loses all but one row: slots left unwritten only when
     several tokens write one page (one token alone, or each on a page of its own, is right)."""
+    from conformance.diagnosis.ablation import BY_NAME
+    # tokens sharing one slot share its page too: that is duplicate-slots' dimension, not this one's
+    assert not list(BY_NAME["shared-page"].variants(_case(page_size=4, cache_loc=(5, 5, 9)), "tensor1"))
     d = Diagnoser(_impl(_page_written_back), CPU)
     for locs in ((5, 4, 9), (1, 2, 3)):
         found = {f.key for f in d.diagnose(_case(page_size=4, num_pages=3, cache_loc=locs))}

@@ -306,23 +306,21 @@ def _edge_slot(first: bool) -> Callable[[Case, str], Iterator[Case]]:
 def _own_pages(case: Case, plain: str) -> Iterator[Case]:
     """Each token that shares its page with another moved to a page of its own, at the same offset (pages
     added): a kernel that stages a whole page per token and writes it back loses the other tokens' rows."""
-    n = case.num_slots
-    pages = [s // case.page_size for s in case.cache_loc if 0 <= s < n]
-    if case.cache_rank != 4 or case.page_size < 2 or len(pages) == len(set(pages)):
+    n, size = case.num_slots, case.page_size
+    slots = sorted({s for s in case.cache_loc if 0 <= s < n})  # tokens sharing a slot move together: that
+    pages = [s // size for s in slots]  # sharing is duplicate-slots'
+    if case.cache_rank != 4 or size < 2 or len(pages) == len(set(pages)):
         return
-    shared = len(pages) - len(set(pages))
-    new = (case.num_pages + shared) * case.page_size
+    total = (case.num_pages + len(pages) - len(set(pages))) * size
     seen: set[int] = set()
-    locs, extra = [], case.num_pages
-    for s in case.cache_loc:
-        if 0 <= s < n and s // case.page_size in seen:
-            locs.append(extra * case.page_size + s % case.page_size)
+    moved, extra = {}, case.num_pages
+    for s in (s for s in dict.fromkeys(case.cache_loc) if 0 <= s < n):  # in the tokens' order
+        if s // size in seen:
+            moved[s] = extra * size + s % size
             extra += 1
-        else:
-            locs.append(_still_out(s, n, new))
-            if 0 <= s < n:
-                seen.add(s // case.page_size)
-    yield case.replace(cache_loc=tuple(locs), num_pages=extra)
+        seen.add(s // size)
+    yield case.replace(cache_loc=tuple(moved.get(s, _still_out(s, n, total)) for s in case.cache_loc),
+                       num_pages=extra)
 
 
 def _tokens(case: Case, plain: str) -> Iterator[Case]:
