@@ -394,10 +394,10 @@ def _by_chance_cases() -> list[Case]:
 @pytest.mark.parametrize("case", _by_chance_cases(), ids=["a-tie-past-448", "an-extreme-scale"])
 def test_a_value_model_that_fits_a_minimal_case_by_chance_is_refuted(case: Case) -> None:
     """The clamp-before-dividing kernel's minimal Cases fit a value model by chance (rounding toward zero,
-    unfused-tensor0d); the same calls with re-drawn values, and with ordinary scales, refute it: what nothing
-    explains is said so."""
+    unfused-tensor0d); the same calls with re-drawn values, and with ordinary scales, refute it, and leave its own
+    model (`input-clamped`; before it existed, what nothing explains was said so)."""
     found = {f.key for f in Diagnoser(_impl(_clamped_before_dividing, "divide"), CPU).diagnose(case)}
-    assert found and all(k.startswith("wrong-bytes:unexplained@") for k in found), found
+    assert found == {"input-clamped@any"}, found
 
 
 def test_a_value_model_that_re_drawn_values_confirm_is_kept() -> None:
@@ -1753,3 +1753,11 @@ def test_what_nothing_explains_at_some_values_joins_the_one_value_defect_on_ever
     two = groups("flush-to-zero@any", "rounds-toward-zero@any", "wrong-bytes:unexplained@values")
     _merge_value_trigger(two)
     assert "wrong-bytes:unexplained@values" in two, sorted(two)
+
+
+def test_an_input_clamped_to_the_range_before_the_scale_is_named() -> None:
+    """Past ±448, with a scale above 1, x/s is ±448/s where the recipe saturates at ±448 (and ±inf likewise)."""
+    for bits, label in ((0x447A, "1000"), (0x7F80, "inf")):
+        case = _case(recipe="divide", k_scale=Scale("tensor1", 4.0), overrides=(Override("k", 1, bits, label),))
+        found = {f.key for f in Diagnoser(_impl(_clamped_before_dividing, "divide"), CPU).diagnose(case)}
+        assert found == {"input-clamped@any"}, (label, found)

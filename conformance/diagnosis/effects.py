@@ -86,6 +86,8 @@ TITLES = {
     "encoding:overflow-inf": "writes ±inf past the format's range where the recipe saturates (a cast without "
                              "saturation)",
     "storage:or-old": "ORs its bytes into the slot's old bytes (a store that takes the cache to be zeroed)",
+    "input-clamped": "clamps its inputs to the format's range before the scale (past ±max it writes ±max/s where "
+                     "the recipe gives x/s)",
     "scale:applied-twice": "scales its inputs twice (x / s / s: a pre-scaled tensor scaled again)",
     "scale:dynamic": "computes its own scale from the data (the tensor's absolute maximum over the format's "
                      "largest value) instead of the one given",
@@ -641,6 +643,16 @@ def _overflow_inf(rows: _Rows, held: str) -> torch.Tensor:
                       CACHE_FORMATS[rows.case.cache_format]).cpu()
 
 
+def _input_clamped(rows: _Rows, held: str) -> torch.Tensor | None:
+    """The held recipe's bytes with each input first clamped to the format's largest finite value (a guard put on
+    the input instead of the quotient: past it, x/s is ±max/s where the recipe saturates at ±max); None when no
+    input is that large (the model is the recipe itself)."""
+    fmax = CACHE_FORMATS[rows.case.cache_format].max_finite
+    if not bool((rows.x.to(torch.float32).abs() > fmax).any()):
+        return None
+    return _quantized(rows.x.clamp(-fmax, fmax), _scale_value(rows.scale), held, rows.case.cache_format)
+
+
 def _or_old(rows: _Rows, held: str) -> torch.Tensor:
     """The held recipe's bytes ORed into the old bytes of each token's slot."""
     q = rows.q(held).clone()
@@ -849,6 +861,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     if case.cache_format == "fp8_e5m2":  # e5m2 has infinities: a cast without saturation writes them
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
     yield "storage:or-old", lambda: _or_old(rows, held)
+    clamped = _input_clamped(rows, held)
+    if clamped is not None:
+        yield "input-clamped", lambda: clamped
     own = _scale_value(rows.scale)
     for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
         if own < floor:  # the floor in the key, so that re-drawn calls must show the same one
