@@ -1761,3 +1761,20 @@ def test_an_input_clamped_to_the_range_before_the_scale_is_named() -> None:
         case = _case(recipe="divide", k_scale=Scale("tensor1", 4.0), overrides=(Override("k", 1, bits, label),))
         found = {f.key for f in Diagnoser(_impl(_clamped_before_dividing, "divide"), CPU).diagnose(case)}
         assert found == {"input-clamped@any"}, (label, found)
+
+
+def _loc_words_read(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """An int64 cache_loc read through an int32 pointer: token t takes the t-th 32-bit word."""
+    loc = cache_loc.contiguous().view(torch.int32)[:cache_loc.numel()].long() if cache_loc.dtype == torch.int64 \
+        else cache_loc
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_lone_padding_token_read_as_its_low_word_is_the_int32_words_misread() -> None:
+    """A minimal Case of one padding token of -2**63 writes slot 0 (its low word): the same misread as the plain
+    call's tokens on each other's slots, not tokens moved of their own."""
+    d = Diagnoser(_impl(_loc_words_read), CPU)
+    lone = {f.key.split("@")[0] for f in d.diagnose(_case(num_tokens=1, cache_loc=(-2**63,)))}
+    assert lone == {"wrong-slot:loc-int32-words"}, lone
+    assert {f.key for f in d.diagnose(_case())} == {"wrong-slot:loc-int32-words@many-tokens"}

@@ -384,9 +384,10 @@ def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built
 
 def _loc_words(b: Built) -> dict | None:
     """An int64 cache_loc read through an int32 pointer: token t gets its t-th 32-bit word (slot 5 then its
-    high word 0, ...), little-endian."""
+    high word 0, ...), little-endian. One token too: its low word alone differs from its value past int32's
+    range (a padding of -2**63 reads as slot 0)."""
     loc = b.cache_loc
-    if loc.dtype != torch.int64 or loc.numel() < 2:
+    if loc.dtype != torch.int64 or loc.numel() < 1:
         return None
     words = loc.contiguous().view(torch.int32)[:loc.numel()].to(torch.int64)
     return {**b.call(), "cache_loc": words}
