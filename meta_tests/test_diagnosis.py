@@ -1778,3 +1778,23 @@ def test_a_lone_padding_token_read_as_its_low_word_is_the_int32_words_misread() 
     lone = {f.key.split("@")[0] for f in d.diagnose(_case(num_tokens=1, cache_loc=(-2**63,)))}
     assert lone == {"wrong-slot:loc-int32-words"}, lone
     assert {f.key for f in d.diagnose(_case())} == {"wrong-slot:loc-int32-words@many-tokens"}
+
+
+def test_what_nothing_explains_under_a_shape_of_its_own_is_a_defect_of_its_own() -> None:
+    """The run's one explained defect takes what nothing explains (a new class reads as its nearest model under
+    one trigger and as nothing under another), but not where both are triggered by the call's shape and share
+    no dimension of it: held-out batch eighteen's pair, offsets masked for a power-of-two page size and a head
+    tiled by 128 that reloads its first tile, read as one defect."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_unexplained
+
+    def groups(*keys):
+        return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
+    apart = groups("wrong-slot:tokens-moved@page-size", "wrong-bytes:unexplained@dim-above:128")
+    _attribute_unexplained(apart)
+    assert sorted(apart) == ["wrong-bytes:unexplained@dim-above:128", "wrong-slot:tokens-moved@page-size"]
+    for unexplained in ("wrong-bytes:unexplained@page-size+dim-above:128", "wrong-bytes:unexplained@values",
+                        "wrong-bytes:unexplained@plain"):
+        joined = groups("wrong-slot:tokens-moved@page-size", unexplained)
+        _attribute_unexplained(joined)
+        assert sorted(joined) == ["wrong-slot:tokens-moved@page-size"], (unexplained, sorted(joined))

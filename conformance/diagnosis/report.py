@@ -724,8 +724,18 @@ def _attribute_unexplained(groups: Groups) -> None:
     # first: an exhaustive test's Case keeps its shape (its values fill it), so no size of it is probed
     host = hosts[0] if hosts else min(unexplained, key=lambda k: (_exhaustive_only(groups[k]), len(trigger_set(k)), k))
     why = " (nothing explains it; the run's one explained defect)" if hosts else " (nothing explains it either)"
+    shape = _shape_dimensions(host)
     for key in [k for k in unexplained if k != host]:
+        # not where both are triggered by dimensions of the call's shape and no dimension is shared: a defect
+        # of its own (a head tiled by 128 that reloads its first tile, beside offsets masked for a page size)
+        if shape and _shape_dimensions(key) and not shape & _shape_dimensions(key):
+            continue
         _move(groups, key, lambda _n, _f: (host, why))
+
+
+def _shape_dimensions(key: str) -> frozenset[str]:
+    """The dimensions of a key's trigger that are not values: a size, a layout, a type, the slots."""
+    return frozenset(d for d in trigger_set(key) if not value_dimension(d))
 
 
 #: Per-head and per-token-head keys: the prefix of those that name a cause, and those read by where the bytes
