@@ -95,8 +95,9 @@ def _assert_equal_buffers(impl, expected, actual, names=("k_cache", "v_cache")) 
 def _released(check: Callable[[], None]) -> None:
     """Run one big check; a failure of the implementation is raised again once the check's frames, which hold
     its 6 to 21 GiB of buffers, are gone and the cached blocks given back. pytest keeps a failed test's
-    traceback (sys.last_traceback) until the next failure, and a traceback keeps its frames' tensors: side by
-    side, reports whose big tests failed had filled an 80 GiB card between them (an H100, nine reports)."""
+    traceback (sys.last_traceback) until its worker's next test starts (to the end of the run after the worker's
+    last test), and a traceback keeps its frames' tensors: side by side, reports whose big tests failed had
+    filled an 80 GiB card between them (an H100, nine reports)."""
     try:
         check()
         return

@@ -526,7 +526,11 @@ def _modelled(model: Callable[[Built], dict | None], fresh: Callable[[], Built])
 def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Callable[[], Built]) -> bool:
     """Whether the reference under this misread call gives the implementation's bytes over both caches."""
     built = _modelled(model, fresh)
-    return built is not None and all(torch.equal(built.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES)
+    return built is not None and _same_caches(built, actual)
+
+
+def _same_caches(a: Built, b: Built) -> bool:
+    return all(torch.equal(a.buffers[w].cpu(), b.buffers[w].cpu()) for w in CACHES)
 
 
 def _heads_split(case: Case, expected: Built, actual: Built,
@@ -588,10 +592,13 @@ def explains(key: str, case: Case, expected: Built, actual: Built, before: dict[
     some heads, the reference's bytes on the others, too)."""
     models = [model for k, _, model in PLACEMENT if k == key]
     if models:
-        if any(_reproduces(model, actual, fresh) for model in models):
-            return True
-        return any((b := _modelled(model, fresh)) is not None and _heads_split(case, expected, actual, b) is not None
-                   for model in models)
+        builds = []  # each model's call made once, read whole and then head by head
+        for model in models:
+            built = _modelled(model, fresh)
+            if built is not None and _same_caches(built, actual):
+                return True
+            builds += [built] if built is not None else []
+        return any(_heads_split(case, expected, actual, b) is not None for b in builds)
     moved = _tokens_moved if key == "wrong-slot:tokens-moved" else _within_rows
     found = moved(case, expected, actual, before)
     return found is not None and key in (found.key, *found.alternatives)
@@ -1255,7 +1262,7 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
             only: frozenset[str] = frozenset()) -> list[Effect]:
     """The effects that account for every differing cache byte of this call ([] when none differs); exclude:
     placement effects a larger call refuted; only: the value effects the caller asks about (_values)."""
-    if all(torch.equal(expected.buffers[w].cpu(), actual.buffers[w].cpu()) for w in CACHES):
+    if _same_caches(expected, actual):
         return []
     if placement:  # first: an exact simulation of a misread argument, which no value rule can give by chance
         moved = _placement(case, actual, fresh, exclude)

@@ -810,7 +810,7 @@ def _merge_value_trigger(groups: Groups) -> None:
     # (with none but value dimensions, the run's one value defect on every input: a rule that fits ordinary
     # values, and at an extreme scale gives a NaN that no model reads, 0 x inf from a flushed input)
     for key in [k for k in groups if k.startswith("wrong-bytes:unexplained@")]:
-        own = frozenset(d for d in trigger_set(key) if not value_dimension(d))
+        own = _shape_dimensions(key)
         hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES
                  and trigger_set(h) == own]
         if len(hosts) == 1:
