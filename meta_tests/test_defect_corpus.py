@@ -133,7 +133,10 @@ COSTLY = {"tokens-above:256"}
 #: and of 20 are neither powers of two nor multiples of 8).
 MAY_ALSO_FAIL = {"strided-cache": {"cache-layouts-differ"}, "strided-input": {"input-layouts-differ"},
                  "input-layouts-differ": {"strided-input"}, "dim-not-multiple:8": {"dim-not-pow2"},
-                 "dim-not-pow2": {"dim-not-multiple:8"}}
+                 "dim-not-pow2": {"dim-not-multiple:8"},
+                 # a defect of a few rare inputs shows among 257 tokens' seeded values by chance (an approximate
+                 # division met a tie there on an H100)
+                 "special-values": {"tokens-above:256"}}
 
 # -- running a file on a Case ---------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -1798,3 +1799,60 @@ def test_what_nothing_explains_under_a_shape_of_its_own_is_a_defect_of_its_own()
         joined = groups("wrong-slot:tokens-moved@page-size", unexplained)
         _attribute_unexplained(joined)
         assert sorted(joined) == ["wrong-slot:tokens-moved@page-size"], (unexplained, sorted(joined))
+
+
+def _wraps_written_first(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """Out-of-range slots wrapped modulo the number of slots, those tokens written before the in-range ones: where a
+    wrapped token and a real one share a slot, the real one lands (the reference's one order lands the later)."""
+    slots = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
+    wrapped = torch.where(cache_loc >= slots, cache_loc % slots, torch.full_like(cache_loc, -1))
+    for loc in (wrapped, torch.where(cache_loc >= slots, torch.full_like(cache_loc, -1), cache_loc)):
+        _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_tokens_a_slot_model_sends_to_one_slot_may_land_in_any_order() -> None:
+    """On a GPU which of several writes to one byte lands is undefined: a wrapped out-of-range token and the real
+    token of its slot race. The wrap model holds whichever lands (seen on an H100, where it read as tokens moved
+    and as what no model explains)."""
+    case = _case(num_tokens=5, cache_loc=(1, 13, 6, 2, 20), num_pages=3)  # 13 wraps to a real token's slot, 20 to 8
+    d = Diagnoser(_impl(_wraps_written_first), CPU)
+    assert [e.key for e in d.effects(case, "placement")] == ["out-of-range:written"]  # the Case itself, not minimized
+    found = {f.key for f in d.diagnose(case)}
+    assert found == {"out-of-range:written@out-of-range"}, found
+
+
+def _rows_from_zero_past_2(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                           use_triton=True, *, recipe="divide", checked=False):
+    """Token t >= 2 quantized from row t % 2: past two tokens, whole tokens' bytes at other tokens' slots."""
+    rows = torch.arange(k.shape[0], device=k.device) % 2
+    _reference(k[rows], v[rows], k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_one_effect_under_two_symptoms_has_the_trigger_that_makes_the_whole_failure_vanish() -> None:
+    """At a v_scale of 1e38 every V byte is ±0, so V's rows moved differ in their signs alone: a sign symptom,
+    which an ordinary scale turns into moved values, the failure kept. Its ablation trigger (the scale) is not the
+    effect's; the number of tokens is (seen on an H100 for rows chunked from zero past 256 tokens)."""
+    case = Case(num_tokens=4, num_heads=1, head_dim=16, page_size=4, num_pages=2, cache_loc=(0, 1, 2, 3),
+                input_dtype="float16", k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 1e38), recipe="divide",
+                seed=5)
+    found = {f.key for f in Diagnoser(_impl(_rows_from_zero_past_2, "divide"), CPU).diagnose(case)}
+    assert len(found) == 1 and next(iter(found)).startswith("wrong-slot:tokens-moved@"), found
+    assert "scale-value" not in next(iter(found)), found
+
+
+def _last_head_skipped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                       use_triton=True, *, recipe="unfused", checked=False):
+    """A head loop that stops one short: the last head of every written slot keeps its old bytes."""
+    old = [c.view(torch.uint8)[..., -1, :].clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for c, o in zip((k_cache, v_cache), old):
+        c.view(torch.uint8)[..., -1, :] = o
+
+
+def test_what_stays_unwritten_is_said_by_slots_heads_and_dims() -> None:
+    found = Diagnoser(_impl(_last_head_skipped), CPU).diagnose(_case(num_heads=3))
+    assert [f.key.split("@")[0] for f in found] == ["wrong-slot:unwritten"], [f.key for f in found]
+    m = re.fullmatch(r"unwritten: head (\d+) of (\d+)", found[0].facts["detail"])  # of the minimal Case's heads
+    assert m and int(m[1]) == int(m[2]) - 1, found[0].facts["detail"]

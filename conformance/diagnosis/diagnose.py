@@ -56,6 +56,7 @@ from conformance.diagnosis.effects import (
     explains,
     summary,
     title_of,
+    unwritten_where,
     value_keys_fitting,
 )
 from conformance.impls import Implementation
@@ -330,7 +331,8 @@ class Diagnoser:
         slot 0, which every such bound keeps: a kernel that writes nothing (a D it cannot handle) fits a
         bound on a Case whose every slot lies past it, and is refuted there."""
         if self._bound_refuted(case, effect, replay):
-            return Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"])
+            return Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"],
+                          unwritten_where(case, replay.expected, replay.actual))
         variant = case.replace(num_pages=2 * case.num_pages + 1)
         if 0 not in case.cache_loc:
             variant = variant.replace(num_tokens=case.num_tokens + 1, cache_loc=(*case.cache_loc, 0))
@@ -343,8 +345,9 @@ class Diagnoser:
             return effect
         key = ("wrong-slot:unwritten" if _unwritten(case, replay.expected, replay.actual, replay.before)
                else "wrong-slot:unexplained")
-        return Effect(key, TITLES[key], "" if key == "wrong-slot:unwritten" else
-                      f"{effect.detail} fit these slots, not those of a cache with more pages")
+        if key == "wrong-slot:unwritten":
+            return Effect(key, TITLES[key], unwritten_where(case, replay.expected, replay.actual))
+        return Effect(key, TITLES[key], f"{effect.detail} fit these slots, not those of a cache with more pages")
 
     def _last_slot_kept_fails(self, case: Case, symptom: str) -> bool:
         """Whether the Case at the plain page size fails with its last slot's tokens at the new last slot."""
@@ -525,6 +528,14 @@ class Diagnoser:
                 return e
         return None
 
+    def _dimension_variants(self, case: Case, dim: str) -> list[Case]:
+        """The Case with one trigger dimension moved back to the plain call (for a size rule: the two largest
+        sizes the rule says pass, the most values); [] for a dimension of the values alone."""
+        rule, ablation = SIZE_RULES.get(dim), BY_NAME.get(dim)
+        if rule is not None:
+            return [resized(case, rule.attr, n) for n in [n for n in SIZE_PROBES[rule.attr] if not rule.fails(n)][-2:]]
+        return [] if ablation is None or ablation.value else list(ablation.variants(case, self.plain))
+
     def _value_trigger(self, case: Case, symptom: str, trigger: list[str]) -> list[str]:
         """A value defect that touches a few values in many (one subnormal band) vanishes from an ablation's
         variant by chance, when its values hold none of them: each dimension of its trigger that is not a value
@@ -534,16 +545,10 @@ class Diagnoser:
         counts."""
         kept = []
         for dim in trigger:
-            ablation = BY_NAME.get(dim)
-            rule = SIZE_RULES.get(dim)
-            if rule is not None:  # the largest sizes the rule says pass (the most values)
-                passing = [n for n in SIZE_PROBES[rule.attr] if not rule.fails(n)][-2:]
-                variants = [resized(case, rule.attr, n) for n in passing]
-            elif ablation is None or ablation.value:
+            variants = self._dimension_variants(case, dim)
+            if not variants:
                 kept.append(dim)
                 continue
-            else:
-                variants = list(ablation.variants(case, self.plain))
             shown = (self.replay(v) for variant in variants for v in _redrawn(variant, TRIGGER_SEEDS))
             if not any(r is not None and not r.error and symptom in r.symptoms for r in shown):
                 kept.append(dim)
@@ -565,10 +570,36 @@ class Diagnoser:
                 named = self._value_trigger(minimal, symptom, trigger) if effect.value else trigger
                 f = finding(effect, named, minimal, case.recipe)
                 findings.setdefault(f.key, f)
-        kept = narrowest(list(findings.values()))
+        kept = narrowest(self._one_trigger_per_effect(list(findings.values())))
         for f in kept:
             self._save(f)
         return kept
+
+    def _one_trigger_per_effect(self, findings: list[Finding]) -> list[Finding]:
+        """One effect found under several symptoms of one Case, with other triggers, is one cause: whole tokens
+        moved at an extreme v_scale differ in V's signs alone, and the ablation that brings V's values back
+        (an ordinary scale) turns the sign symptom into misplaced values, the failure kept. The effect's trigger
+        is the one whose every dimension, moved back to the plain call, makes the whole failure vanish; where
+        none or each does, all are kept."""
+        groups: dict[str, list[Finding]] = {}
+        for f in findings:
+            groups.setdefault(same_effect(f.key), []).append(f)
+        dropped: set[str] = set()
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            whole = [f for f in group if self._failure_vanishes(Case.from_dict(f.facts["minimal"]), f.facts["trigger"])]
+            if whole and len(whole) < len(group):
+                dropped |= {f.key for f in group if f not in whole}
+        return [f for f in findings if f.key not in dropped]
+
+    def _failure_vanishes(self, case: Case, trigger: list[str]) -> bool:
+        """Whether each trigger dimension's variants of the Case run and pass (no symptom of any kind)."""
+        for dim in trigger:
+            ran = [r for r in map(self.replay, self._dimension_variants(case, dim)) if r is not None]
+            if not ran or any(r.error or r.symptoms for r in ran):
+                return False
+        return bool(trigger)
 
     def _save(self, f: Finding) -> None:
         """Save the minimal variant as a failure file, so the report's replay command rebuilds it."""
