@@ -1856,3 +1856,26 @@ def test_what_stays_unwritten_is_said_by_slots_heads_and_dims() -> None:
     assert [f.key.split("@")[0] for f in found] == ["wrong-slot:unwritten"], [f.key for f in found]
     m = re.fullmatch(r"unwritten: head (\d+) of (\d+)", found[0].facts["detail"])  # of the minimal Case's heads
     assert m and int(m[1]) == int(m[2]) - 1, found[0].facts["detail"]
+
+
+def _ties_away(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True):
+    """SGLang's convention, recipe single, but each e4m3 tie rounded away from zero (an encoder's floor(t + 0.5))."""
+    keep = cache_loc >= 0
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        y = x.reshape(x.shape[0], *cache.shape[-2:]).float() * (1.0 / torch.tensor(1.0 if s is None else float(s)))
+        q = y.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+        mag = q & 0x7F
+        lo, hi = (m.view(torch.float8_e4m3fn).float() for m in (mag, (mag + 1).clamp(max=0x7E)))
+        q = torch.where((mag < 0x7E) & (y.abs() * 2 == lo + hi), q + 1, q)  # the tie's upper neighbour
+        q = torch.where(y.isnan(), torch.full_like(q, 0x7F), q)
+        c = cache.view(torch.uint8)
+        c = c if c.dim() == 4 else c.unsqueeze(1)
+        c[cache_loc[keep] // c.shape[1], cache_loc[keep] % c.shape[1]] = q[keep]
+
+
+def test_the_identification_names_ties_rounded_away_from_zero() -> None:
+    from conformance.conventions import SGLANG
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
+    impl = Implementation("ties-away", _ties_away, {}, convention=SGLANG)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16"], full=False, convention=SGLANG), CPU)
+    assert recipe == "single" and "class: ties rounded away from zero" in note, note

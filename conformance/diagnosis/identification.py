@@ -34,6 +34,7 @@ FULL_SCALES = (1.0, 0.5, 2.0, 2.0**-6, 2.0**10,  # powers of two
                1e-30, 1e-38, 2.0**-149,  # tiny (1e-38 and 2**-149 are fp32 subnormals)
                1e30, 3e38)  # huge
 APPROXIMATE = "within two fp32 ulps before the cast"
+TIES_AWAY = "ties rounded away from zero"
 TOKENS, HEADS, DIM = 128, 4, 128  # 65,536 elements: one bit pattern each, one slot a token (page_size 1)
 PAGED = 16  # the page size the sweep retries a point with when pages of one slot raise
 
@@ -78,8 +79,8 @@ class Result:
     def closest(self) -> str:
         """The recipe it computes up to one deviation: first one that every plain-dtype point (bf16, the
         plain call's) matches, then one whose differing bytes a single class explains (flush to zero,
-        round toward zero, within two fp32 ulps, double rounding), then the most points matched, then the
-        fewest rounding steps (no intermediate rounding, no rounded scale), then the fewest differing
+        round toward zero, ties away from zero, within two fp32 ulps, double rounding), then the most points
+        matched, then the fewest rounding steps (no intermediate rounding, no rounded scale), then the fewest differing
         bytes. A kernel that double-rounds fp16 only is held to what it computes for bf16;
         one that gives NaN past 464 to the recipe whose finite bytes it writes."""
         plain = [p for p in self.actual if p.dtype == "bfloat16"]
@@ -249,6 +250,14 @@ def _pre_cast(point: Point, recipe: str) -> torch.Tensor:
     return torch.cat([y, y])
 
 
+def _ties(y: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Where |y| lies exactly halfway between the e4m3 magnitude of byte e and the next one up."""
+    mag = (e & 0x7F).to(torch.int16)
+    up = (mag + 1).clamp(max=0x7E).to(torch.uint8)
+    lo, hi = (m.view(torch.float8_e4m3fn).float() for m in (mag.to(torch.uint8), up))
+    return (mag < 0x7E) & (y.abs() * 2 == lo + hi)
+
+
 def _fitting_classes(res: Result, recipe: str) -> list[str]:
     """The classes of deviation that explain every byte differing from `recipe` ([] when none does, or
     when nothing differs)."""
@@ -256,7 +265,7 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
     from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype
     rule = get_recipe(recipe)
     from conformance.diagnosis.effects import encoding_key, nudged_bytes
-    classes = {"flush to zero": True, "round toward zero": True, APPROXIMATE: True,
+    classes = {"flush to zero": True, "round toward zero": True, TIES_AWAY: True, APPROXIMATE: True,
                "double rounding through the input dtype": True, "an overflow, NaN or zero-sign rule": True}
     any_bad = False
     for p, bad in res.diffs[recipe].items():
@@ -269,6 +278,8 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
         classes["flush to zero"] &= bool((sub & ((a & 0x7F) == 0)).all())
         one = (((e ^ a) & 0x80) == 0) & ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16) == 1)
         classes["round toward zero"] &= bool(one.all())
+        classes[TIES_AWAY] &= bool((_ties(y, e) & (((e ^ a) & 0x80) == 0)
+                                    & ((a & 0x7F).to(torch.int16) - (e & 0x7F).to(torch.int16) == 1)).all())
         near = torch.zeros_like(a, dtype=torch.bool)
         for b in nudged_bytes(y, rule):
             near |= b == a
