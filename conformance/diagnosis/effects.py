@@ -60,6 +60,8 @@ TITLES = {
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
     "rounds-ties-away": "rounds ties away from zero instead of to even",
     "rounds-ties-toward-zero": "rounds ties toward zero instead of to even (rounds up only past the halfway point)",
+    "rounds-sticky-lost": "rounds every value past a halfway point as a tie, to even (its rounding drops the bits "
+                          "below the first one it cuts: the sticky bits)",
     "carry-lost": "loses the carry of a value rounding up to a power of two (writes half of it: the exponent taken "
                   "before rounding)",
     "input-misread:bfloat16": "reads its input's bytes as bfloat16 (another input dtype's path: float16 bits as "
@@ -770,6 +772,20 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(tie, e + 1, e)
 
 
+def _sticky_lost(rows: _Rows, held: str) -> torch.Tensor:
+    """The recipe's bytes with every value strictly between a halfway point and the grid value above it rounded as
+    that tie, to even (a software encoder that keeps the round bit and drops the sticky bits): where nearest-even
+    went up to an odd magnitude from past the halfway point, the even one below."""
+    e = rows.q(held)
+    y = _pre_cast(rows, held).to(torch.float64).abs()
+    table, last = _grid(rows.case)
+    mag = (e & 0x7F).to(torch.int64)
+    inside = (mag > 0) & (mag <= last)
+    lower, upper = table[(mag - 1).clamp(min=0)], table[mag.clamp(max=last)]
+    past_half = inside & (y > (lower + upper) / 2) & (y < upper)
+    return torch.where(past_half & (mag % 2 == 1), e - 1, e)
+
+
 def _ties_toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     """The recipe's bytes with every exact tie between two grid values rounded toward zero (a software
     encoder that rounds up only past the halfway point, `rem > half`): where nearest-even took the upper
@@ -935,6 +951,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "rounds-ties-away", lambda r=r: _ties_away(rows, r)
     for r in order:
         yield "rounds-ties-toward-zero", lambda r=r: _ties_toward_zero(rows, r)
+    for r in order:
+        yield "rounds-sticky-lost", lambda r=r: _sticky_lost(rows, r)
     for r in order:
         yield "carry-lost", lambda r=r: _carry_lost(rows, r)
     other = {torch.bfloat16: (torch.float16,), torch.float16: (torch.bfloat16,),
