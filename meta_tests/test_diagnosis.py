@@ -1907,3 +1907,23 @@ def test_rounding_without_sticky_bits_is_named_so() -> None:
                 k_scale=Scale("tensor1", 0.3), v_scale=Scale("float", 0.7), seed=3, recipe="single")
     found = {f.key for f in Diagnoser(impl, CPU).diagnose(case)}
     assert found == {"rounds-sticky-lost@any"}, found
+
+
+def test_slots_left_unwritten_under_a_moving_defects_trigger_are_that_defect() -> None:
+    """A slot computed with a hard-coded page size of 16 moves the tokens it keeps in the cache and skips those it
+    sends past it: a one-token Case shows only the unwritten slot, under the same trigger (a final check's kernel
+    read two keys for one). Under another trigger, or beside two such defects, it stays its own."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_unwritten_into_moved
+
+    def groups_of(*keys: str) -> dict:
+        return {k: [(k, Finding(k.split(":")[0], k, k))] for k in keys}
+    groups = groups_of("wrong-slot:tokens-moved@page-size", "wrong-slot:unwritten@page-size")
+    _merge_unwritten_into_moved(groups)
+    assert list(groups) == ["wrong-slot:tokens-moved@page-size"]
+    for keys in (("wrong-slot:tokens-moved@page-size", "wrong-slot:unwritten@dim-not-multiple:8"),
+                 ("wrong-slot:tokens-moved@page-size", "strides:cache-page-stride@page-size",
+                  "wrong-slot:unwritten@page-size")):
+        groups = groups_of(*keys)
+        _merge_unwritten_into_moved(groups)
+        assert sorted(groups) == sorted(keys)
