@@ -412,10 +412,11 @@ def _any_winner(model: Callable[[Built], dict | None], actual: Built, fresh: Cal
     rule = getattr(model, "rule", None)
     if rule is None:
         return False
-    b = fresh()
-    loc = rule(b.cache_loc.to(torch.int64), b.case.num_slots)
-    builds = [_modelled(lambda c, k=kept: {**c.call(), "cache_loc": k.to(c.cache_loc.dtype)}, fresh)
-              for kept in _winners(loc, b.case.num_slots)]
+    case = actual.case  # the slots from the Case: a kernel may have changed its cache_loc in place
+    loc = rule(torch.tensor(case.cache_loc, dtype=torch.int64), case.num_slots)
+    builds = [_modelled(lambda c, k=kept: {**c.call(), "cache_loc": k.to(c.cache_loc.device, c.cache_loc.dtype)},
+                        fresh)
+              for kept in _winners(loc, case.num_slots)]
     if not builds or any(x is None for x in builds):
         return False
     return all(functools.reduce(torch.logical_or, (x.buffers[w].cpu() == actual.buffers[w].cpu() for x in builds))
@@ -744,7 +745,11 @@ def _inputs_flushed(rows: _Rows, held: str) -> torch.Tensor | None:
 
 def _grid(case: Case) -> tuple[torch.Tensor, int]:
     """The cache format's finite magnitudes by byte (float64, CPU) and the largest finite byte (e4m3's 0x7E)."""
-    fmt = CACHE_FORMATS[case.cache_format]
+    return _grid_of(case.cache_format)
+
+
+def _grid_of(cache_format: str) -> tuple[torch.Tensor, int]:
+    fmt = CACHE_FORMATS[cache_format]
     return _magnitudes(torch.device("cpu"), fmt), _finite_bytes(fmt) - 1
 
 
@@ -759,17 +764,20 @@ def _toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(above, e - 1, e)
 
 
+def ties_above(y: torch.Tensor, e: torch.Tensor, cache_format: str) -> torch.Tensor:
+    """Where |y| lies exactly halfway between byte e's magnitude and the next finite one up (NaN and the largest
+    finite byte have none)."""
+    table, last = _grid_of(cache_format)
+    mag = (e & 0x7F).to(torch.int64)
+    lower, upper = table[mag.clamp(max=last)], table[(mag + 1).clamp(max=last)]
+    return (mag < last) & (y.to(torch.float64).abs() == (lower + upper) / 2)
+
+
 def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     """The recipe's bytes with every exact tie between two grid values rounded away from zero (a software
     encoder's floor(a / q + 0.5)): where nearest-even took the lower magnitude of a tie, the upper."""
     e = rows.q(held)
-    y = _pre_cast(rows, held).to(torch.float64).abs()
-    table, last = _grid(rows.case)
-    mag = (e & 0x7F).to(torch.int64)
-    below = mag < last  # a finite magnitude above it exists (NaN and the largest keep their byte)
-    lower, upper = table[mag.clamp(max=last)], table[(mag + 1).clamp(max=last)]
-    tie = below & (y == (lower + upper) / 2)
-    return torch.where(tie, e + 1, e)
+    return torch.where(ties_above(_pre_cast(rows, held), e, rows.case.cache_format), e + 1, e)
 
 
 def _sticky_lost(rows: _Rows, held: str) -> torch.Tensor:

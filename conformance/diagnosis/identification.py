@@ -250,21 +250,13 @@ def _pre_cast(point: Point, recipe: str) -> torch.Tensor:
     return torch.cat([y, y])
 
 
-def _ties(y: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-    """Where |y| lies exactly halfway between the e4m3 magnitude of byte e and the next one up."""
-    mag = (e & 0x7F).to(torch.int16)
-    up = (mag + 1).clamp(max=0x7E).to(torch.uint8)
-    lo, hi = (m.view(torch.float8_e4m3fn).float() for m in (mag.to(torch.uint8), up))
-    return (mag < 0x7E) & (y.abs() * 2 == lo + hi)
-
-
 def _fitting_classes(res: Result, recipe: str) -> list[str]:
     """The classes of deviation that explain every byte differing from `recipe` ([] when none does, or
     when nothing differs)."""
     from kernel.recipe import get_recipe
     from kernel.reference import INPUT_FORMATS, encode_e4m3, round_to_input_dtype
     rule = get_recipe(recipe)
-    from conformance.diagnosis.effects import encoding_key, nudged_bytes
+    from conformance.diagnosis.effects import encoding_key, nudged_bytes, ties_above
     classes = {"flush to zero": True, "round toward zero": True, TIES_AWAY: True, APPROXIMATE: True,
                "double rounding through the input dtype": True, "an overflow, NaN or zero-sign rule": True}
     any_bad = False
@@ -278,7 +270,7 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
         classes["flush to zero"] &= bool((sub & ((a & 0x7F) == 0)).all())
         one = (((e ^ a) & 0x80) == 0) & ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16) == 1)
         classes["round toward zero"] &= bool(one.all())
-        classes[TIES_AWAY] &= bool((_ties(y, e) & (((e ^ a) & 0x80) == 0)
+        classes[TIES_AWAY] &= bool((ties_above(y, e, "fp8_e4m3") & (((e ^ a) & 0x80) == 0)
                                     & ((a & 0x7F).to(torch.int16) - (e & 0x7F).to(torch.int16) == 1)).all())
         near = torch.zeros_like(a, dtype=torch.bool)
         for b in nudged_bytes(y, rule):
