@@ -5,7 +5,8 @@ With $KVFP8_TIMELINE set to a file, the controller and each xdist worker append 
 cpu, finish, sessionfinish; `cpu` carries the CPU seconds the test took, its subprocesses such as
 ptxas included, so a test that waits, on the GPU or on a lock, shows a wall far above its CPU time;
 `compile` carries the seconds one Triton compilation took, from Triton's compilation listener where
-the installed Triton has one, `hit` or `miss` for its on-disk cache, and the variant's cache key);
+the installed Triton has one, `hit` or `miss` for its on-disk cache, the variant's cache key and its
+specialization: kernel, constexprs, pointer dtypes, warps);
 unset, the plugin does nothing. `python -m tools.timeline FILE` sums it up: the time to the first
 test, how busy each worker was, how long the tail ran, and the Triton compilations.
 Registered as a pytest plugin from conftest.py.
@@ -42,9 +43,25 @@ def _cpu_seconds() -> float:
 _write("import")
 
 
-def _on_compile(*, times, cache_hit: bool, metadata: dict | None = None, **_) -> None:
+def _specialization(src: object, metadata: dict) -> str:
+    """`kernel;NAME=value,...;w<num_warps>` for one compiled variant: its constexprs and pointer dtypes,
+    so that a run can say which of them multiply the compile volume. Empty where Triton's source object
+    does not look as expected (it is not a public API)."""
+    try:
+        fn, signature, constants = src.fn, src.signature, src.constants  # type: ignore[attr-defined]
+        names = fn.arg_names
+        # constants: the constexprs and any argument Triton specialized to a value (an int equal to 1)
+        fields = [f"{names[k[0]]}={v}" for k, v in constants.items() if len(k) == 1]
+        fields += [f"{name}={kind}" for name, kind in signature.items() if str(kind).startswith("*")]
+        return f"{src.name};{','.join(sorted(fields))};w{metadata.get('num_warps', '?')}".replace(" ", "")  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 (a timing aid: never the reason a test run fails)
+        return ""
+
+
+def _on_compile(*, times, cache_hit: bool, metadata: dict | None = None, src: object = None, **_) -> None:
     variant = str((metadata or {}).get("hash", "?"))[:16]  # the on-disk cache key: one per compiled variant
-    _write("compile", f"{times.total / 1e6:.3f} {'hit' if cache_hit else 'miss'} {variant}")
+    spec = _specialization(src, metadata or {})
+    _write("compile", f"{times.total / 1e6:.3f} {'hit' if cache_hit else 'miss'} {variant} {spec}".rstrip())
 
 
 def _listen_to_compiles() -> None:

@@ -42,3 +42,20 @@ def test_a_pytest_run_writes_its_timeline(tmp_path: Path):
     procs = read(path)
     assert {"import", "configure", "collected", "start", "cpu", "finish", "sessionfinish"} <= set(procs["main"].marks)
     assert len(procs["main"].tests) == 2, procs["main"].tests
+
+
+def test_compile_volume_names_what_multiplies_the_variants(tmp_path: Path):
+    lines = ["100.0 gw0 start a",
+             "101.0 gw0 compile 1.000 miss v1 kern;A=1,B=64,k=*bf16;w4",
+             "102.0 gw0 compile 1.000 miss v2 kern;A=2,B=64,k=*bf16;w4",
+             "103.0 gw0 compile 1.000 miss v3 kern;A=1,B=128,k=*fp16;w4",
+             "104.0 gw0 finish a"]
+    path = tmp_path / "tl.txt"
+    path.write_text("\n".join(lines) + "\n")
+    procs = read(path)
+    assert procs["gw0"].specs == {"v1": "kern;A=1,B=64,k=*bf16;w4", "v2": "kern;A=2,B=64,k=*bf16;w4",
+                                  "v3": "kern;A=1,B=128,k=*fp16;w4"}
+    text = summary(procs)
+    assert "kern: 3 variants" in text, text
+    for row in ("| A | 2: 1, 2 | 2 |", "| B | 2: 128, 64 | 3 |", "| num_warps | 1: 4 | 3 |"):
+        assert row in text, text

@@ -26,6 +26,7 @@ class Process:
     tests: list[tuple[str, float, float]] = field(default_factory=list)  # (node id, start, finish)
     cpu: float = 0.0  # CPU seconds of its tests (subprocesses included), where the timeline has them
     compiles: list[tuple[float, bool, str]] = field(default_factory=list)  # (seconds, on-disk cache hit, variant)
+    specs: dict[str, str] = field(default_factory=dict)  # variant -> `kernel;NAME=value,...;wN`, where written
     _open: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -52,6 +53,8 @@ def read(path: Path) -> dict[str, Process]:
         elif event == "compile":
             seconds, hit, *variant = what.split()
             p.compiles.append((float(seconds), hit == "hit", variant[0] if variant else "?"))
+            if len(variant) > 1:
+                p.specs[variant[0]] = variant[1]
         elif event == "finish" and what in p._open:
             p.tests.append((what, p._open.pop(what), t - t0))
     return procs
@@ -67,6 +70,33 @@ def busy_by_slice(workers: list[Process], start: float, end: float, width: float
         out.append((s, covered / (e - s)))
         s = e
     return out
+
+
+def _fields(spec: str) -> tuple[str, dict[str, str]]:
+    name, fields, warps = (spec.split(";") + ["", ""])[:3]
+    out = dict(f.split("=", 1) for f in fields.split(",") if "=" in f)
+    return name, out | {"num_warps": warps.removeprefix("w")}
+
+
+def compile_volume(specs: dict[str, str]) -> list[str]:
+    """Which specializations multiply the compiled variants: per kernel, the variants, and for each
+    constexpr (pointer dtype, warps) its distinct values and how many variants would stay were it one
+    value (a runtime argument instead of a constexpr, say)."""
+    by_kernel: dict[str, list[dict[str, str]]] = {}
+    for spec in specs.values():
+        name, fields = _fields(spec)
+        by_kernel.setdefault(name, []).append(fields)
+    lines = []
+    for name, variants in sorted(by_kernel.items(), key=lambda kv: -len(kv[1])):
+        lines += ["", f"{name}: {len(variants)} variants", "",
+                  "| specialization | values | variants were it one value |", "|---|---|---|"]
+        keys = sorted({k for v in variants for k in v})
+        for key in keys:
+            values = sorted({v.get(key, "") for v in variants})
+            kept = {tuple(sorted((k, x) for k, x in v.items() if k != key)) for v in variants}
+            lines.append(f"| {key} | {len(values)}: {', '.join(values[:8])}{' ...' if len(values) > 8 else ''} "
+                         f"| {len(kept)} |")
+    return lines
 
 
 def summary(procs: dict[str, Process], width: float = 10.0, slowest: int = 10) -> str:
@@ -95,6 +125,7 @@ def summary(procs: dict[str, Process], width: float = 10.0, slowest: int = 10) -
                       f"{len(missed)} compiled from scratch ({sum(missed):.1f} s) and {len(compiles) - len(missed)} "
                       f"loaded from the on-disk cache"
                       + (f"; {len(variants)} distinct variants" if variants else "")]
+        lines += compile_volume({v: s for w in workers for v, s in w.specs.items()})
     lines += ["", "busy workers by slice: " + ", ".join(f"{s:.0f} s: {b:.1f}"
                                                        for s, b in busy_by_slice(workers, first, last, width))]
     lines += ["", "| slowest tests | s |", "|---|---|"]
