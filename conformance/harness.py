@@ -60,12 +60,28 @@ class SuiteError(RuntimeError):
     repository, never a defect of the implementation under test."""
 
 
+class MemoryCorrupted(RuntimeError):
+    """The reference, plain torch ops, met an illegal address: memory the suite uses was overwritten, by a
+    stray write of an earlier call of the implementation in this process (seen on an H100: a kernel writing
+    V with K's larger strides, then a big-cache test's reference). The implementation's failure, not the
+    suite's."""
+
+
+#: A fault no torch op of the reference makes on its own, whatever its Case: the memory under it changed.
+_CORRUPTION = ("illegal memory access", "illegal address", "misaligned address")
+
+
 def run_reference(case: Case, device: torch.device, built: Built | None = None) -> Built:
     """The reference on the Case's tensors (`built`, or a fresh build); returns them."""
     expected = built or build(case, device)
     try:
         naive_fp8_set_kv_buffer(**expected.call())
     except Exception as exc:
+        if device.type == "cuda" and any(m in str(exc) for m in _CORRUPTION):
+            raise MemoryCorrupted(
+                f"the CUDA context was lost while this suite's reference ran ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}): an earlier call of the implementation in this process wrote "
+                f"out of bounds, over memory the suite uses\ncase: {case.to_json()}") from exc
         raise SuiteError(f"the reference (this suite's specification, not the implementation under test) "
                          f"raised {type(exc).__name__}: {exc}\ncase: {case.to_json()}") from exc
     return expected

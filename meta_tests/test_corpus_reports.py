@@ -35,6 +35,17 @@ def test_the_share_is_in_the_catalogue():
     assert len(ENTRIES) == len(SHARE), sorted(set(SHARE) - {e["file"] for e in ENTRIES})
 
 
+@pytest.mark.parametrize("returncode, stderr", [(-2, ""), (1, "Traceback ...\nKeyboardInterrupt\n")])
+def test_a_report_stopped_from_outside_leaves_no_row(monkeypatch, tmp_path, returncode, stderr):
+    """A time limit's SIGINT stops the reports in flight: they get no row, so --skip-from runs them again."""
+    import subprocess
+
+    monkeypatch.setattr(corpus.subprocess, "run", lambda args, **_: subprocess.CompletedProcess(args, returncode,
+                                                                                              "", stderr))
+    row = corpus.run_entry(ENTRIES[0], CAT, tmp_path, "quick", "1", interpreted=True)
+    assert row.get("interrupted"), row
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["file"])
 def test_report_names_exactly_the_catalogued_defects(entry, tmp_path):
     # On the CPU on a CUDA machine too: torch's ops can compute other recipes on CUDA (docs/facts.md); the

@@ -1416,6 +1416,45 @@ def test_what_the_h200_showed_beside_one_misread_joins_it() -> None:
     assert len(two) == 4, sorted(two)  # two hosts: nothing to choose between
 
 
+def test_an_input_changed_between_calls_joins_the_one_defect_that_writes_out_of_place() -> None:
+    """An input changed by an example that then passed (a stray write that lands elsewhere on the next call) was
+    written: with one defect reading inputs without their strides and one writing V with K's, it is the writer's
+    (an H100 corpus run)."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import ISOLATION_TEST, _attribute_unrepeatable
+    writer, reader = "strides:other-cache@cache-layouts-differ", "strides:inputs-heads-ignored@strided-input"
+    node = f"{ISOLATION_TEST}test_inputs_are_left_unmodified[impl]"
+    groups = {writer: [("a", Finding("strides", writer, writer))], reader: [("b", Finding("strides", reader, reader))],
+              "state:unrepeatable": [(node, Finding("state", "state:unrepeatable", "flaky"))]}
+    _attribute_unrepeatable(groups)
+    assert sorted(groups) == sorted([writer, reader]) and len(groups[writer]) == 2, groups
+
+
+def test_a_reference_on_memory_an_earlier_call_corrupted_is_that_implementations_crash(monkeypatch) -> None:
+    """The reference (plain torch ops) meeting an illegal address means an earlier call of the implementation
+    wrote over memory the suite uses: a crash of the implementation, never `unclassified:suite`; and the worker's
+    crash in that big-cache test is the same crash, not 32-bit offsets (an H100 corpus run)."""
+    from conformance import harness
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.diagnosis.report import Node, _unread
+    case = _case()
+
+    def corrupted(**_):
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(harness, "naive_fp8_set_kv_buffer", corrupted)
+    with pytest.raises(harness.MemoryCorrupted) as raised:
+        harness.run_reference(case, torch.device("cuda"), build(case, CPU))
+    with pytest.raises(harness.SuiteError):  # on the CPU, or any other error: the suite's own
+        harness.run_reference(case, CPU, build(case, CPU))
+    found = classify_failure(raised.value, "test_cache_past_2_31_bytes", "test_bigcache", {}, None, None)
+    assert [(f.cls, f.key) for f in found] == [("crash", "crash")], found
+    node = Node("conformance/test_bigcache.py::test_cache_past_2_31_bytes[x]", findings=found)
+    assert _unread(node, "worker 'gw1' crashed while running 'x'", None).key == "crash"
+    alone = Node("conformance/test_bigcache.py::test_cache_past_2_31_bytes[x]")
+    assert _unread(alone, "worker 'gw1' crashed while running 'x'", None).key == "big-cache:wrong-offsets@big-cache"
+
+
 def test_a_probe_failure_that_passes_on_replay_is_one_finding(tmp_path, monkeypatch) -> None:
     """A capability probe's byte classes (sign of zero, encoding, outside) from a call that passes when
     replayed are one failure no replay explains, which the report can give to the run's one defect."""

@@ -87,6 +87,10 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     path = out / f"{name}.json"
     expected = sorted({expected_key(e, t) for e, t in cat.effects(entry, interpreted)})
     row = {"file": entry["file"], "causes": entry["causes"], "expected": expected, "seconds": round(seconds, 1)}
+    if done.returncode < 0 or "KeyboardInterrupt" in done.stderr[-4000:]:
+        # stopped from outside (a time limit's SIGINT reaches the whole process group): no verdict, and no
+        # row for --skip-from to take as done (an H100 run lost eight entries so)
+        row["interrupted"] = True
     if not path.exists():
         error = (done.stdout + done.stderr)[-800:]
         # a card other reports filled before this one's first CUDA call (its identification): the machine's
@@ -178,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(entry: dict[str, Any]) -> dict[str, Any]:
         row = run_entry(entry, cat, out, args.mode, args.jobs, not cuda)
-        with done.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        if not row.get("interrupted"):
+            with done.open("a") as f:
+                f.write(json.dumps(row) + "\n")
         return row
 
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:

@@ -850,6 +850,10 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                             "sharing a byte (an interleaved K/V pool, an arena)", replayable=False, facts=facts)]
         return [Finding("wrong-bytes", "wrong-bytes:shared-memory", "writes wrong bytes when its tensors share one "
                         "buffer without a cache sharing a byte", replayable=False)]
+    if kind == "MemoryCorrupted":  # conformance.harness: an earlier call's stray write broke the reference's memory
+        return [Finding("crash", "crash", "crashes the process: an earlier call wrote out of bounds, over memory "
+                        "the suite's reference then read (an illegal address there)", replayable=False,
+                        excerpt=normalize(what, 160))]
     if kind == "SuiteError":  # conformance.harness: the reference raised; never the implementation's defect
         return [Finding("unclassified", "unclassified:suite", f"a suite bug, not this implementation's: "
                         f"{normalize(what, 160)}", replayable=False)]

@@ -148,7 +148,8 @@ def _unread(node: Node, text: str, failures: Path | None) -> Finding:
                 finding.case_size = case.get("num_tokens", 0) * case.get("num_heads", 0) * case.get("head_dim", 0)
         # A dead process answers no more questions: the trigger is what the crashed test varied, when it
         # varied one thing (a capability row, the big-cache family); else none is claimed.
-        if node.module == "test_bigcache":
+        if node.module == "test_bigcache" and not any(f.cls == "crash" for f in node.findings):
+            # (a big-cache test whose reference found memory an earlier call corrupted crashed for that call)
             finding.cls, finding.key = "big-cache", "big-cache:wrong-offsets@big-cache"
             finding.title = "crashes on caches above 2**31 bytes (offsets computed in 32 bits?)"
         elif node.nodeid.startswith(PROBE_TEST) and ROW_TRIGGERS.get(str(node.params.get("row"))):
@@ -450,6 +451,8 @@ SYMPTOM_ONLY = ("raises", "crash", "input-modified")
 PLACEMENT = ("strides", "padding", "out-of-range", "big-cache")
 #: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
 READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input")
+#: The properties that an input or cache_loc is left unchanged: what fails them was written.
+ISOLATION_TEST = "conformance/test_isolation.py::"
 CUDA_ERRORS = ("illegal memory access", "CUDA error", "cudaError", "AcceleratorError")
 
 
@@ -952,11 +955,19 @@ def _merge_scale_kind_raises(groups: Groups) -> None:
 def _attribute_unrepeatable(groups: Groups) -> None:
     """An example that failed and then passed when run again (Hypothesis's FlakyFailure) is a symptom of the
     run's one defect that reads or writes out of place: what lies past a tensor changes between calls (seen
-    on the H200 for Triton kernels reading with another tensor's strides, or writing past the cache)."""
+    on the H200 for Triton kernels reading with another tensor's strides, or writing past the cache). An
+    input changed that way was changed by a write: of the run's one defect that writes out of place (an
+    H100 run with one defect reading inputs without their strides, another writing V with K's)."""
     hosts = [k for k in _hosts(groups) if class_of(k) in PLACEMENT]
-    if len(hosts) == 1 and "state:unrepeatable" in groups:
-        _move(groups, "state:unrepeatable", lambda _n, _f: (hosts[0], " (out-of-place memory changes between "
-                                                                      "calls)"))
+    writers = [h for h in hosts if h.split("@", 1)[0] not in READS_ONLY]
+
+    def host_of(nodeid: str, f: Finding) -> tuple[str, str] | None:
+        written = nodeid.startswith(ISOLATION_TEST) or "modified its input" in f.excerpt
+        fits = writers if written and len(hosts) > 1 else hosts
+        return (fits[0], " (out-of-place memory changes between calls)") if len(fits) == 1 else None
+
+    if "state:unrepeatable" in groups:
+        _move(groups, "state:unrepeatable", host_of)
 
 
 def _merge_wrong_bound(groups: Groups) -> None:
