@@ -544,6 +544,25 @@ def test_a_rounding_or_overflow_rule_of_its_own_is_named(fn, key) -> None:
     assert [f.key for f in Diagnoser(_impl(fn, "single"), CPU).diagnose(case)] == [key]
 
 
+def _vllm_clamped_at_448(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """vLLM's convention, every quotient clamped to e4m3's ±448, e5m2 writes too (an e4m3-era FP8_MAX)."""
+    fmt = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    for x, cache, s in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+        q = (x.float() / s.float()).clamp(-448.0, 448.0).to(fmt).view(torch.uint8)
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[2:])
+        kept = (slot_mapping >= 0) & (slot_mapping < rows.shape[0])
+        rows[slot_mapping[kept].long()] = q[kept]
+
+
+def test_e4m3s_bound_in_an_e5m2_write_is_a_low_saturation() -> None:
+    """e5m2 values past ±448 written as ±448: a clamp at another FP8 format's maximum, however far below
+    e5m2's own (held-out batch twenty-one read `wrong-bytes:unexplained`); e4m3 calls are right."""
+    impl = Implementation("clamped-448", _vllm_clamped_at_448, {}, convention=VLLM, recipe="divide")
+    case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.001), cache_format="fp8_e5m2",
+                 cache_dtype="float8_e5m2", recipe="divide")
+    assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["saturates-low:448@cache-e5m2"]
+
+
 def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path) -> None:
     """A kernel that memoizes 1/s by the scale tensor's address fails wherever an earlier call left a stale
     value: its defects, each a chance fit, are right when replayed as a fresh process's first call. Those, and

@@ -832,8 +832,8 @@ def _carry_lost(rows: _Rows, held: str) -> list[torch.Tensor]:
 def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
     """(bound, bytes): the held recipe's bytes with every finite magnitude above the largest one the call
     wrote clamped to it (a clamp at another format's maximum: e4m3fnuz's 240 in an e4m3 write). None when
-    the call wrote the format's largest finite value, or nothing as large as a quarter of it (a bound
-    that low is no format's maximum: every byte ±0 at an extreme scale is not a clamp)."""
+    the call wrote the format's largest finite value, or a bound below a quarter of it that is no FP8
+    format's maximum (every byte ±0 at an extreme scale is not a clamp; e4m3's 448 in an e5m2 write is)."""
     e = w.rows.q(held)
     table, last = _grid(w.rows.case)
     written = (w.actual & 0x7F).to(torch.int64)
@@ -842,7 +842,7 @@ def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
         return None
     bound = int(finite.max())
     value = float(table[bound])
-    if value < float(table[last]) / 4:
+    if value < float(table[last]) / 4 and value not in {f.max_finite for f in CACHE_FORMATS.values()}:
         return None
     mag = (e & 0x7F).to(torch.int64)
     return value, torch.where((mag > bound) & (mag <= last), (e & 0x80) | bound, e)
