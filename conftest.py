@@ -76,6 +76,22 @@ def _long_units(items: list) -> list[list]:
     return list(units.values())
 
 
+def dist_mode(config: pytest.Config) -> str:
+    """The run's xdist scheduler. A worker's own `config.option.dist` is always "no" (xdist sets it so), so
+    there it is read from the controller's command line (xdist's default under -n is `load`); the H100's
+    `make test` had placed the long tests for `load` and ran one of them alone for its last 19 s."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return getattr(config.option, "dist", "no")
+    argv = list(workerinput.get("mainargv", []))
+    for i, arg in enumerate(argv):
+        if arg == "--dist" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--dist="):
+            return arg.split("=", 1)[1]
+    return "load"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     # A test of tens of seconds must not run alone at the end (the H200 timeline of docs/bench.md), nor
     # behind the other long ones on one worker. xdist's `load` scheduler first sends each of its W
@@ -88,7 +104,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     units = _long_units(items)
     rest = [item for item in items if item.get_closest_marker("long") is None]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    share = 1 if getattr(config.option, "dist", "load") == "worksteal" else 4
+    share = 1 if dist_mode(config) == "worksteal" else 4
     chunk = (len(items) // workers) // share if workers else 0
     if chunk < 2:
         items[:] = [item for unit in units for item in unit] + rest

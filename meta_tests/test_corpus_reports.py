@@ -15,8 +15,6 @@ import torch
 
 from tools import corpus
 
-pytestmark = pytest.mark.long  # one report a test, each tens of seconds
-
 CI_SHARE = ("torch_vllm.py", "torch_sglang.py", "torch_vllm_pair_padding_wraps_zero_sign.py",
             "torch_sglang_pair_nan_sign_2d_raises.py", "torch_vllm_key_div_inplace.py",
             "torch_vllm_tensor0d_double_rounding.py", "torch_sglang_uint8_value_cast.py",
@@ -46,6 +44,7 @@ def test_a_report_stopped_from_outside_leaves_no_row(monkeypatch, tmp_path, retu
     assert row.get("interrupted"), row
 
 
+@pytest.mark.long  # one report a test, each tens of seconds
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["file"])
 def test_report_names_exactly_the_catalogued_defects(entry, tmp_path):
     # On the CPU on a CUDA machine too: torch's ops can compute other recipes on CUDA (docs/facts.md); the

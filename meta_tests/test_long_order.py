@@ -52,3 +52,17 @@ def test_without_xdist_the_long_tests_go_first(monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     conftest.pytest_collection_modifyitems(_config("no"), items)
     assert [it.name for it in items[:5]] == ["report-a", "report-b", "corpus0", "corpus1", "corpus2"]
+
+
+@pytest.mark.parametrize("argv, dist", [(["pytest", "-n", "16", "--dist", "worksteal", "-q"], "worksteal"),
+                                        (["pytest", "-n", "16", "--dist=worksteal"], "worksteal"),
+                                        (["pytest", "-n", "16"], "load")])
+def test_a_worker_reads_the_scheduler_from_the_controllers_command_line(monkeypatch, argv, dist):
+    """In a worker xdist sets `config.option.dist` to "no"; the order must follow the controller's scheduler."""
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"mainargv": argv})
+    assert conftest.dist_mode(worker) == dist
+    items = _items()
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    conftest.pytest_collection_modifyitems(worker, items)
+    chunk = (len(items) // 4) // (1 if dist == "worksteal" else 4)
+    assert [items[i * chunk].name for i in range(1, 4)] == ["corpus0", "corpus1", "corpus2"]
