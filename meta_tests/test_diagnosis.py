@@ -563,6 +563,19 @@ def test_e4m3s_bound_in_an_e5m2_write_is_a_low_saturation() -> None:
     assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["saturates-low:448@cache-e5m2"]
 
 
+def test_slots_read_beside_a_swapped_scale_keep_the_scales_equal() -> None:
+    """One token past the cache, clamped to its last slot, with k_scale 1.0 and v_scale 0.3, through a kernel
+    that also writes V with K's scale: the minimal variant keeps the scales equal (moving one to 1.0 had
+    undone `scales-differ`), so the slots are read alone (an H100 run read `wrong-slot:unexplained`)."""
+    from conformance.conventions import get_convention
+    from conformance.impls import from_spec
+    impl = from_spec("examples/defects/torch_vllm_pair_oob_clamped_v_with_k_scale.py:reshape_and_cache_flash", {},
+                     get_convention("vllm"))
+    case = Case(num_tokens=1, num_heads=1, head_dim=64, page_size=16, num_pages=2, cache_loc=(32,),
+                k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor0d", 0.3), recipe="divide")
+    assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["out-of-range:written@out-of-range"]
+
+
 def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path) -> None:
     """A kernel that memoizes 1/s by the scale tensor's address fails wherever an earlier call left a stale
     value: its defects, each a chance fit, are right when replayed as a fresh process's first call. Those, and
