@@ -576,6 +576,26 @@ def test_slots_read_beside_a_swapped_scale_keep_the_scales_equal() -> None:
     assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["out-of-range:written@out-of-range"]
 
 
+def _stray_second_store(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="divide", checked=False):
+    """Each token at its slot, and again page_size slots on where that is in the cache."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for cache in (k_cache, v_cache):
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[-2:])
+        for slot in cache_loc.tolist():
+            if 0 <= slot and slot + page_size < rows.shape[0]:
+                rows[slot + page_size] = rows[slot]
+
+
+def test_tokens_also_written_at_another_slot_say_so() -> None:
+    """A stray second store leaves each token right at its own slot: the moved tokens' detail says they are
+    copies (the twelfth session's final check read "whole tokens at wrong slots" alone)."""
+    case = _case(num_tokens=2, cache_loc=(1, 2), num_pages=2)
+    found = Diagnoser(_impl(_stray_second_store), CPU).diagnose(case)
+    assert [f.key.split("@")[0] for f in found] == ["wrong-slot:tokens-moved"], found
+    assert "also written at its own slot" in found[0].facts["detail"], found[0].facts
+
+
 def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path) -> None:
     """A kernel that memoizes 1/s by the scale tensor's address fails wherever an earlier call left a stale
     value: its defects, each a chance fit, are right when replayed as a fresh process's first call. Those, and

@@ -1220,6 +1220,7 @@ def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, 
     some token's reference bytes, and at least one holds a token's bytes somewhere else than that
     token's slot (a slot index computed wrongly: off by one, another token's, another page's)."""
     moves: list[tuple[int, int]] = []  # (token, slot it landed at)
+    copies: list[bool] = []  # each move: whether the token's own slot holds its bytes too (a stray second store)
     for which in CACHES:
         exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
         if torch.equal(exp, act):
@@ -1251,6 +1252,9 @@ def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, 
             if not hits:
                 return None
             moves.append((hits[0], s))  # tokens of identical bytes (all zeros, say): any of them
+            own_slot = case.cache_loc[hits[0]]
+            copies.append(0 <= own_slot < case.num_slots
+                          and torch.equal(rows.row(rows.act, own_slot), rows.row(rows.exp, own_slot)))
     if not moves:
         return None
     offsets = {s - case.cache_loc[t] for t, s in moves}
@@ -1264,6 +1268,8 @@ def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, 
                 f"token {t} at token {named[s]}'s slot" for t, s in sorted(set(moves))[:4])
         else:
             detail = ", ".join(f"token {t} (slot {case.cache_loc[t]}) at slot {s}" for t, s in sorted(set(moves))[:4])
+    if all(copies):
+        detail += "; each also written at its own slot (a stray second store)"
     if all(case.cache_loc[t] < 0 for t, _ in moves) and {s for _, s in moves} == {0}:
         # Padding tokens at slot 0: on a GPU, which of them lands there is undefined, so the padding model's
         # exact simulation may not reproduce the bytes while each slot holds one token's own. (A kernel that
