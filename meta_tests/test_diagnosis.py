@@ -478,13 +478,18 @@ def _vllm_e4m3_always(key, value, key_cache, value_cache, slot_mapping, kv_cache
                             k_scale, v_scale, key_cache.shape[1], recipe="divide")
 
 
+@pytest.mark.parametrize("specials", [False, True], ids=["values", "nan-inf"])
 @pytest.mark.parametrize("cache_dtype", ["float8_e5m2", "uint8"])
-def test_e4m3_bytes_in_an_e5m2_cache_are_one_format_defect(cache_dtype: str) -> None:
+def test_e4m3_bytes_in_an_e5m2_cache_are_one_format_defect(cache_dtype: str, specials: bool) -> None:
     """The vllm convention says kv_cache_dtype="fp8_e5m2" on an e5m2 call; a kernel that ignores it is one
-    defect, its effect read against e5m2 bytes (no e4m3 model fits by chance) and its trigger the format."""
+    defect, its effect read against e5m2 bytes (no e4m3 model fits by chance) and its trigger the format. With
+    NaN and inf among the inputs too: e5m2's NaN bytes lie past its finite grid (the tie models indexed past it,
+    and a held-out kernel's every-pattern failure read `wrong-bytes:values`)."""
     impl = Implementation("e4m3-always", _vllm_e4m3_always, {}, convention=VLLM, recipe="divide")
+    over = tuple(Override("k", i, bits, "special") for i, bits in enumerate((0x7FC0, 0xFF80, 0x7F80))) if specials \
+        else ()
     case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor0d", 0.7), cache_format="fp8_e5m2",
-                 cache_dtype=cache_dtype, recipe="divide")
+                 cache_dtype=cache_dtype, recipe="divide", overrides=over)
     assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["format:e4m3-bytes@cache-e5m2"]
     assert Diagnoser(impl, CPU).diagnose(case.replace(cache_format="fp8_e4m3", cache_dtype="uint8")) == []
 
@@ -594,6 +599,21 @@ def test_tokens_also_written_at_another_slot_say_so() -> None:
     found = Diagnoser(_impl(_stray_second_store), CPU).diagnose(case)
     assert [f.key.split("@")[0] for f in found] == ["wrong-slot:tokens-moved"], found
     assert "also written at its own slot" in found[0].facts["detail"], found[0].facts
+
+
+@pytest.mark.parametrize("model", ["_ties_toward_zero", "_sticky_lost"])
+def test_the_tie_models_take_e5m2_nan_bytes(model: str) -> None:
+    """e5m2's NaN bytes (0x7D-0x7F) lie past its finite grid: the tie models leave them alone instead of indexing
+    past the grid (an IndexError a held-out kernel's every-pattern e5m2 failure met, read `wrong-bytes:values`)."""
+    from types import SimpleNamespace
+
+    from conformance.diagnosis import effects
+    x = torch.tensor([[[float("nan"), 1.0, 1.0625, -float("nan")]]], dtype=torch.bfloat16)
+    q = torch.tensor([[[0x7F, 0x3C, 0x3C, 0xFF]]], dtype=torch.uint8)
+    rows = SimpleNamespace(x=x, scale=Scale("tensor1", 1.0), case=SimpleNamespace(cache_format="fp8_e5m2"),
+                           q=lambda held: q.clone())
+    out = getattr(effects, model)(rows, "divide")
+    assert out[0, 0, 0] == 0x7F and out[0, 0, 3] == 0xFF, out
 
 
 def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path) -> None:
@@ -2018,3 +2038,23 @@ def test_slots_left_unwritten_under_a_moving_defects_trigger_are_that_defect() -
         groups = groups_of(*keys)
         _merge_unwritten_into_moved(groups)
         assert sorted(groups) == sorted(keys)
+
+
+def test_a_diagnosis_that_fails_says_so_beside_the_failures_text(monkeypatch) -> None:
+    """When every replay of a failure's diagnosis raises (a bug of this suite's), the failure is read from its
+    text alone, and its finding says why: the suite's own error is not left to pass for the implementation's."""
+    from types import SimpleNamespace
+
+    from conformance.diagnosis import classify, recorder
+    real = classify.classify_failure
+
+    def flaky(exc, test, module, params, impl, device, unrepeatable=False):
+        if impl is not None:
+            raise IndexError("index 126 is out of bounds for dimension 0 with size 124")
+        return real(exc, test, module, params, impl, device, unrepeatable)
+
+    monkeypatch.setattr(classify, "classify_failure", flaky)
+    item = SimpleNamespace(module=SimpleNamespace(__name__="conformance.test_e5m2"), originalname="test_x",
+                           name="test_x", callspec=None, funcargs={"impl": object(), "device": CPU})
+    found = recorder._classified(item, AssertionError("k_cache: 3 of 8 bytes differ"))
+    assert found and all("diagnosis's replays failed (IndexError" in f["facts"]["detail"] for f in found), found

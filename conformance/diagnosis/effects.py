@@ -789,7 +789,7 @@ def _sticky_lost(rows: _Rows, held: str) -> torch.Tensor:
     table, last = _grid(rows.case)
     mag = (e & 0x7F).to(torch.int64)
     inside = (mag > 0) & (mag <= last)
-    lower, upper = table[(mag - 1).clamp(min=0)], table[mag.clamp(max=last)]
+    lower, upper = table[(mag - 1).clamp(min=0, max=last)], table[mag.clamp(max=last)]
     past_half = inside & (y > (lower + upper) / 2) & (y < upper)
     return torch.where(past_half & (mag % 2 == 1), e - 1, e)
 
@@ -803,7 +803,7 @@ def _ties_toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     table, last = _grid(rows.case)
     mag = (e & 0x7F).to(torch.int64)
     inside = (mag > 0) & (mag <= last)  # a finite magnitude below it exists
-    lower, upper = table[(mag - 1).clamp(min=0)], table[mag.clamp(max=last)]
+    lower, upper = table[(mag - 1).clamp(min=0, max=last)], table[mag.clamp(max=last)]
     tie = inside & (y == (lower + upper) / 2)
     return torch.where(tie, e - 1, e)
 

@@ -94,6 +94,10 @@ def _classified(item: pytest.Item, exc: BaseException, unrepeatable: bool = Fals
     for impl, device in attempts:
         try:
             findings = classify_failure(exc, test, module, params, impl, device, unrepeatable)
+            if detail and impl is None:  # the replays failed: say so, it is this suite's bug to report
+                for f in findings:
+                    f.facts = {**f.facts, "detail": f"read from the failure's text alone: the diagnosis's replays "
+                                                    f"failed ({detail[:160]}; a bug of this suite's)"}
             return [f.to_dict() for f in findings]
         except Exception as err:  # the classifier's own failure must not hide the test's
             detail = "".join(traceback.format_exception_only(type(err), err)).strip()
