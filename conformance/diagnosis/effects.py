@@ -780,32 +780,33 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(ties_above(_pre_cast(rows, held), e, rows.case.cache_format), e + 1, e)
 
 
-def _sticky_lost(rows: _Rows, held: str) -> torch.Tensor:
-    """The recipe's bytes with every value strictly between a halfway point and the grid value above it rounded as
-    that tie, to even (a software encoder that keeps the round bit and drops the sticky bits): where nearest-even
-    went up to an odd magnitude from past the halfway point, the even one below."""
+def _bracket_below(rows: _Rows, held: str) -> tuple[torch.Tensor, ...]:
+    """(e, |y|, inside, lower, upper): the recipe's bytes, the magnitudes before the cast (float64), where e is a
+    finite magnitude with one below it, and the grid values of the byte below e and of e (clamped to the finite
+    grid, so a NaN byte past it indexes nothing: e5m2 has 124 finite magnitudes)."""
     e = rows.q(held)
     y = _pre_cast(rows, held).to(torch.float64).abs()
     table, last = _grid(rows.case)
     mag = (e & 0x7F).to(torch.int64)
     inside = (mag > 0) & (mag <= last)
-    lower, upper = table[(mag - 1).clamp(min=0, max=last)], table[mag.clamp(max=last)]
+    return e, y, inside, table[(mag - 1).clamp(min=0, max=last)], table[mag.clamp(max=last)]
+
+
+def _sticky_lost(rows: _Rows, held: str) -> torch.Tensor:
+    """The recipe's bytes with every value strictly between a halfway point and the grid value above it rounded as
+    that tie, to even (a software encoder that keeps the round bit and drops the sticky bits): where nearest-even
+    went up to an odd magnitude from past the halfway point, the even one below."""
+    e, y, inside, lower, upper = _bracket_below(rows, held)
     past_half = inside & (y > (lower + upper) / 2) & (y < upper)
-    return torch.where(past_half & (mag % 2 == 1), e - 1, e)
+    return torch.where(past_half & ((e & 0x7F) % 2 == 1), e - 1, e)
 
 
 def _ties_toward_zero(rows: _Rows, held: str) -> torch.Tensor:
     """The recipe's bytes with every exact tie between two grid values rounded toward zero (a software
     encoder that rounds up only past the halfway point, `rem > half`): where nearest-even took the upper
     magnitude of a tie, the lower."""
-    e = rows.q(held)
-    y = _pre_cast(rows, held).to(torch.float64).abs()
-    table, last = _grid(rows.case)
-    mag = (e & 0x7F).to(torch.int64)
-    inside = (mag > 0) & (mag <= last)  # a finite magnitude below it exists
-    lower, upper = table[(mag - 1).clamp(min=0, max=last)], table[mag.clamp(max=last)]
-    tie = inside & (y == (lower + upper) / 2)
-    return torch.where(tie, e - 1, e)
+    e, y, inside, lower, upper = _bracket_below(rows, held)
+    return torch.where(inside & (y == (lower + upper) / 2), e - 1, e)
 
 
 def _read_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

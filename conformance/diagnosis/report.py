@@ -545,6 +545,11 @@ def _attribute_row_findings(groups: Groups, nodes: dict[str, Node]) -> None:
         _move(groups, key, lambda n, f, key=key: host_of(n, f, key))
 
 
+def _writers(keys: list[str]) -> list[str]:
+    """The keys of effects that write out of place (not those that only read out of place)."""
+    return [k for k in keys if k.split("@", 1)[0] not in READS_ONLY]
+
+
 def _attribute_crashes(groups: Groups) -> None:
     """A crash, or an input changed by a stray write, that no replay could tie to a trigger (or whose
     capability row's dimension triggers no diagnosed defect): a symptom of the run's one defect that writes
@@ -553,7 +558,7 @@ def _attribute_crashes(groups: Groups) -> None:
     buffer, when that defect writes (not only reads) out of place."""
     hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
     _attribute_by_case(groups, hosts)
-    writers = [h for h in hosts if h.split("@", 1)[0] not in READS_ONLY]
+    writers = _writers(hosts)
     if len(hosts) == 1:
         host, why = hosts[0], " (attributed: the run's one defect that writes out of place)"
     elif len(writers) == 1:
@@ -844,8 +849,7 @@ def _attribute_graph(groups: Groups) -> None:
     passed): on a GPU, which of two writes to one byte lands is undefined, so a stray write's race can go
     either way under a graph. When its Case has the whole trigger of exactly one defect that writes out of
     place, it is a symptom of that defect."""
-    hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)
-             and k.split("@", 1)[0] not in READS_ONLY]
+    hosts = _writers([k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)])
 
     def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
         fits = _triggered(_case_of(f), hosts)
@@ -959,7 +963,7 @@ def _attribute_unrepeatable(groups: Groups) -> None:
     input changed that way was changed by a write: of the run's one defect that writes out of place (an
     H100 run with one defect reading inputs without their strides, another writing V with K's)."""
     hosts = [k for k in _hosts(groups) if class_of(k) in PLACEMENT]
-    writers = [h for h in hosts if h.split("@", 1)[0] not in READS_ONLY]
+    writers = _writers(hosts)
 
     def host_of(nodeid: str, f: Finding) -> tuple[str, str] | None:
         written = nodeid.startswith(ISOLATION_TEST) or "modified its input" in f.excerpt
