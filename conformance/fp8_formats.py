@@ -2,10 +2,16 @@
 once: conformance/test_e5m2.py and conformance/test_fnuz.py call them with their format's `Format` and
 its edge table, and keep their own test names (the capability rows and the kill records name them).
 
-Only an implementation that can be told the format is held to it: the kvfp8 convention with a `cache_dtype`
-parameter, told `cache_dtype=<format>`, and the vllm convention, told by its kv_cache_dtype ("fp8_e5m2"; it has
-no word for fnuz) unless it raises on a plain call of the format (it declines it: the capability row says so).
-Others skip with the reason (a kernel written for e4m3 alone).
+Which implementations are held to a format's bytes:
+- the kvfp8 convention with a `cache_dtype` parameter, told `cache_dtype=<format>`;
+- the vllm convention, told by its kv_cache_dtype ("fp8_e5m2"; it has no word for fnuz), unless it raises on
+  a plain call of the format (it declines it: the capability row says so);
+- a kvfp8 implementation with no format argument, whose float8 cache tensors say the format (SGLang's
+  signature), when it writes some format beyond e4m3 right on a plain call: it reads the cache's dtype, so
+  every format it accepts is held to that format's bytes (a plain call that raises declines the format).
+  One that writes none of them right (a kernel written for e4m3 alone that takes any float8 cache) is not
+  held to their bytes: accepting such a cache without refusing it is an argument-contract defect
+  (`check_float8_cache_alone`), and the format's properties skip, saying so.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
+from conformance.cachemap import written_mask
+from conformance.diagnosis.classify import ALONE_TEST
 from conformance.harness import check_case, execute, fail, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.test_compile import (
@@ -36,7 +44,7 @@ from conformance.test_exhaustive import CPU_SCALES, FILL, PERMUTE, fill_patterns
 from conformance.test_per_head import _per_head, _skip_unless_per_head, per_tensor_twin
 from kernel.custom_op import fused_fp8_set_kv_buffer_op
 from kernel.recipe import RECIPES
-from strategies.build import build
+from strategies.build import Built, build
 from strategies.case import Case, Override, Scale
 from strategies.scales import per_head_values
 
@@ -57,6 +65,12 @@ class Format:
         return getattr(torch, self.dtype)
 
 
+E5M2 = Format("fp8_e5m2", "float8_e5m2", "e5m2")
+FNUZ = Format("fp8_e4m3fnuz", "float8_e4m3fnuz", "e4m3fnuz")
+#: The formats an implementation is asked about, beyond e4m3 (whether it reads a float8 cache's dtype).
+BEYOND_E4M3 = (E5M2, FNUZ)
+
+
 def takes_cache_dtype(impl: Implementation) -> bool:
     """The implementation's signature names cache_dtype (or takes **kwargs) and its convention is kvfp8."""
     if impl.convention.name != "kvfp8":
@@ -66,6 +80,17 @@ def takes_cache_dtype(impl: Implementation) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "cache_dtype" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def tellable(impl: Implementation) -> bool:
+    """Whether a call can tell impl a cache's format (so a uint8 cache can hold it): a format argument."""
+    return impl.convention.format_position is not None or takes_cache_dtype(impl)
+
+
+def _untellable(impl: Implementation, fmt: Format) -> None:
+    if not tellable(impl):
+        pytest.skip(f"{impl.name} takes no format argument: a uint8 cache holds {fmt.says} only when the call says "
+                    f"so (its {fmt.dtype} caches are held by the other properties)")
 
 
 def told(impl: Implementation, spelled: object) -> Implementation:
@@ -100,9 +125,68 @@ def declined(impl: Implementation, fmt: Format, device: torch.device) -> str | N
     return _DECLINED[key]
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What an implementation does with a float8 cache of a format and no format argument, on a plain call."""
+
+    kind: str  # "declines" (raises), "writes" (the format's bytes under some recipe), "other" (other bytes)
+    detail: str  # declines: why; other: which bytes it writes
+
+
+_ANSWERS: dict[tuple[str, str, str], Answer] = {}
+
+
+def untold_answer(impl: Implementation, fmt: Format, device: torch.device) -> Answer:
+    """A plain call with float8 caches of fmt and no format argument: declined, written right, or other bytes."""
+    key = (impl.spec or impl.name, fmt.name, str(device))
+    if key not in _ANSWERS:
+        plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
+        case = small_case(plain, cache_format=fmt.name, cache_dtype=fmt.dtype)
+        actual, error = run_impl(case, plain, device)
+        recipes = (case.recipe,) if impl.recipe else tuple(RECIPES)  # "writes fmt" under any recipe it may use
+        if error:
+            answer = Answer("declines", f"declines {fmt.dtype} caches: on a plain {fmt.says} call, {error}")
+        elif any(compare_caches(run_reference(case.replace(recipe=r), device), actual) is None for r in recipes):
+            answer = Answer("writes", "")
+        else:
+            answer = Answer("other", _what_it_writes(_e4m3_of(case, device), actual, fmt))
+        _ANSWERS[key] = answer
+    return _ANSWERS[key]
+
+
+def _e4m3_of(case: Case, device: torch.device) -> Built:
+    """The reference's e4m3 bytes for the inputs of `case` (a Case of another format draws its values from
+    that format's range, so an e4m3 Case of the same seed holds other inputs): its caches viewed as e4m3."""
+    e4m3 = case.replace(cache_format="fp8_e4m3", cache_dtype="float8_e4m3fn")
+    built = build(case, device)
+    views = {name: getattr(built, name).view(torch.float8_e4m3fn) for name in ("k_cache", "v_cache")}
+    return run_reference(e4m3, device, dataclasses.replace(built, case=e4m3, **views))
+
+
+def _what_it_writes(e4m3: Built, actual: Built, fmt: Format) -> str:
+    """Which bytes a plain call wrote into fmt's caches: e4m3's bytes, e4m3's values cast to fmt (the e4m3
+    result stored through the cache's dtype: a cast, a Triton store), or others."""
+    if compare_caches(e4m3, actual) is None:
+        return "e4m3's bytes into them (as into e4m3 caches)"
+    for name in ("k_cache", "v_cache"):  # the written slots only: an unwritten fill byte is no e4m3 value
+        mask = written_mask(e4m3.case, name)
+        ours, theirs = e4m3.buffers[name].cpu()[mask], actual.buffers[name].cpu()[mask]
+        cast = ours.view(torch.float8_e4m3fn).float().to(fmt.torch_dtype).view(torch.uint8)
+        if not torch.equal(cast, theirs):
+            return f"other bytes than {fmt.says}'s"
+    return f"e4m3's values cast to {fmt.says} (each rounded to e4m3 first, then stored through the cache's dtype)"
+
+
+def reads_format(impl: Implementation, device: torch.device) -> bool:
+    """Whether impl, told no format, writes some format beyond e4m3 right on a plain call (it reads the
+    cache's dtype: every format it accepts is then held to that format's bytes)."""
+    return any(untold_answer(impl, f, device).kind == "writes" for f in BEYOND_E4M3)
+
+
 def held(impl: Implementation, fmt: Format, device: torch.device) -> Implementation:
-    """impl told fmt on every call; skips one that cannot be told it (no word for the format, or no
-    cache_dtype parameter: a kernel written for e4m3 alone) or that declines it."""
+    """impl held to fmt's bytes: told fmt on every call where it has a format argument, else as it is (its
+    float8 caches say the format). Skips one that declines fmt, one whose convention has no word for it,
+    and one with no format argument that reads no float8 cache's dtype (ALONE_TEST's question)."""
     convention = impl.convention
     if convention.format_position is not None:
         if convention.format_name(fmt.name) is None:
@@ -111,14 +195,21 @@ def held(impl: Implementation, fmt: Format, device: torch.device) -> Implementat
         if reason:
             pytest.skip(reason)
         return impl
-    if not takes_cache_dtype(impl):  # a kernel written for e4m3 alone is not held to this format's bytes
-        pytest.skip(f"{impl.name} takes no cache_dtype=: it does not declare {fmt.says} caches")
-    return told(impl, fmt.name)
+    if takes_cache_dtype(impl):
+        return told(impl, fmt.name)
+    answer = untold_answer(impl, fmt, device)
+    if answer.kind == "declines":
+        pytest.skip(answer.detail)
+    if not reads_format(impl, device):  # a kernel written for e4m3 alone is not held to this format's bytes
+        pytest.skip(f"{impl.name} takes no format argument and writes no format beyond e4m3 right on a plain call: "
+                    f"it accepts {fmt.dtype} caches and writes {answer.detail} ({ALONE_TEST} says so)")
+    return impl
 
 
 def format_cases(impl: Implementation, fmt: Format, **space: object) -> st.SearchStrategy[Case]:
-    """impl's Cases with caches of fmt: the float8 dtype, and uint8 told cache_dtype."""
-    return impl.cases(cache_formats=(fmt.name,), cache_dtypes=(fmt.dtype, "uint8"), **space)
+    """impl's Cases with caches of fmt: the float8 dtype, and uint8 where a call can say the format."""
+    dtypes = (fmt.dtype, "uint8") if tellable(impl) else (fmt.dtype,)
+    return impl.cases(cache_formats=(fmt.name,), cache_dtypes=dtypes, **space)
 
 
 def inputs_unmodified(impl: Implementation, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor],
@@ -161,6 +252,8 @@ def check_edges(edges: tuple[Edge, ...], cache_dtype: str, impl: Implementation,
                 fmt: Format) -> None:
     """The reference gives the stated bytes at the format's edges, and the implementation the reference's."""
     target = held(impl, fmt, device)
+    if cache_dtype == "uint8":
+        _untellable(impl, fmt)
     case = impl.fit(edge_case(edges, cache_dtype, recipe, fmt))
     expected = run_reference(case, device)
     slot = expected.k_cache.view(torch.uint8)[2, 0, 0].cpu().tolist()
@@ -182,7 +275,7 @@ def check_all_patterns(dtype: str, recipe: str, scales: tuple[Scale, Scale], imp
     """Every bf16/fp16 pattern into a cache of fmt (test_exhaustive's Case and fill): float8 caches, and
     uint8 ones for one of the scale pairs."""
     target = held(impl, fmt, device)
-    cache_dtype = "uint8" if scales is CPU_SCALES["1e-30/none"] else fmt.dtype
+    cache_dtype = "uint8" if scales is CPU_SCALES["1e-30/none"] and tellable(impl) else fmt.dtype
     case = impl.fit(pattern_case(dtype, *scales, recipe).replace(cache_format=fmt.name, cache_dtype=cache_dtype))
     expected = fill_patterns(build(case, device))
     run_reference(case, device, expected)
@@ -199,6 +292,7 @@ def check_storage_and_spelling(data, impl: Implementation, device: torch.device,
     """float8 caches of fmt, and uint8 caches told cache_dtype by name or by torch dtype: the same bytes
     from the implementation itself (whole buffers compared)."""
     held(impl, fmt, device)
+    _untellable(impl, fmt)
     case = data.draw(impl.cases(cache_formats=(fmt.name,), cache_dtypes=(fmt.dtype,), allow_out_of_range=True),
                      label="case")
     calls = ((case, fmt.name), (case.replace(cache_dtype="uint8"), fmt.name))
@@ -219,9 +313,13 @@ def check_storage_and_spelling(data, impl: Implementation, device: torch.device,
                        f"(expected: the {fmt.dtype} call's bytes):", report, c)
 
 
-def check_formats_alternate(data, impl: Implementation, device: torch.device, order: tuple[str, ...]) -> None:
+def check_formats_alternate(data, impl: Implementation, device: torch.device, fmt: Format,
+                            order: tuple[str, ...]) -> None:
     """One uint8 layout written in each format of `order` in turn (other data each time): each call
-    bit-exact, so nothing of one format's call (a remembered launch, say) leaks into the next."""
+    bit-exact, so nothing of one format's call (a remembered launch, say) leaks into the next. Skips unless
+    impl is held to fmt and a call can say the format."""
+    held(impl, fmt, device)
+    _untellable(impl, fmt)
     case = data.draw(impl.cases(cache_dtypes=("uint8",), allow_out_of_range=True), label="case")
     seeds = data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=len(order), max_size=len(order)), label="seeds")
     for seed, name in zip(seeds, order):
@@ -262,6 +360,32 @@ def check_uint8_alone_is_e4m3(edges: tuple[Edge, ...], impl: Implementation, dev
     report = compare_caches(expected, actual)
     if report:
         fail(impl, "a uint8 cache with no cache_dtype must hold e4m3 bytes:", report, case)
+
+
+def check_float8_cache_alone(impl: Implementation, device: torch.device, fmt: Format) -> None:
+    """A float8 cache of fmt and no format argument (SGLang's signature: the tensor's dtype is the only word
+    for the format) is written in fmt or refused. Fails for a kvfp8 implementation that accepts it and writes
+    other bytes while writing no format beyond e4m3 right (it does not read the dtype; an implementation with
+    a cache_dtype parameter must read it when not told). One that reads the dtype (another format is written
+    right) is held to fmt's bytes by the properties instead."""
+    if impl.convention.format_position is not None:
+        pytest.skip(f"the {impl.convention.name} convention always says the cache format (kv_cache_dtype)")
+    answer = untold_answer(impl, fmt, device)
+    if answer.kind == "declines":
+        pytest.skip(answer.detail)
+    if answer.kind == "other" and not takes_cache_dtype(impl) and reads_format(impl, device):
+        pytest.skip(f"{impl.name} reads a float8 cache's dtype (it writes another format right): its {fmt.dtype} "
+                    f"caches are held to {fmt.says}'s bytes by the properties")
+    if answer.kind == "other":
+        plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
+        case = small_case(plain, cache_format=fmt.name, cache_dtype=fmt.dtype)
+        actual, _ = run_impl(case, plain, device)
+        why = ("when told no cache_dtype= (the cache's dtype says the format: read it, or refuse the cache)"
+               if takes_cache_dtype(impl) else "and writes no format beyond e4m3 right (a cache of a format it "
+                                               "does not write must be refused)")
+        report = compare_caches(run_reference(case, device), actual) or ""
+        fail(plain, f"does not validate a {fmt.dtype} cache given with no format argument: it accepts such caches "
+                    f"and writes {answer.detail}, {why}:", report, case)
 
 
 def check_contradiction_refused(caches: tuple[str, str], cache_dtype: object, named: str, impl: Implementation,

@@ -14,11 +14,12 @@ layout; per-head scales; every bf16/fp16 pattern; the custom op and torch.compil
 e5m2 call replays bit-exact. Each stands in for its family on e5m2 (docs/e5m2.md).
 The reference itself is held to torch's own e5m2 cast in conformance/test_fidelity.py.
 
-Only implementations that can be told e5m2 are held to it: the kvfp8 convention with a `cache_dtype`
-parameter (passed as a fixed keyword here: conformance.conventions passes no other keyword), and the vllm
-convention, whose kv_cache_dtype says "fp8_e5m2" on an e5m2 call, unless the kernel raises on a plain
-e5m2 call (it declines e5m2: conformance.fp8_formats.declined). A kernel written for e4m3 alone skips,
-with the reason.
+Who is held to e5m2 (conformance.fp8_formats): the kvfp8 convention with a `cache_dtype` parameter (passed as
+a fixed keyword here: conformance.conventions passes no other keyword); the vllm convention, whose
+kv_cache_dtype says "fp8_e5m2" on an e5m2 call, unless the kernel raises on a plain e5m2 call (it declines
+e5m2); and a kvfp8 kernel with no format argument that reads its float8 caches' dtype (it writes e5m2 or
+e4m3fnuz right on a plain call; uint8 caches are e4m3 for it). One that accepts a float8_e5m2 cache and
+writes no such format right fails the argument-contract test here, and the rest skip with the reason.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
 from conformance.fp8_formats import (
-    Format,
+    E5M2,
     check_all_patterns,
     check_contradiction_refused,
     check_custom_op_and_compile,
     check_drawn,
     check_edges,
+    check_float8_cache_alone,
     check_formats_alternate,
     check_per_head,
     check_storage_and_spelling,
@@ -52,8 +54,6 @@ from conformance.test_per_head import variant_settings
 from strategies.build import build
 from strategies.case import Scale
 from strategies.replay import writing_cases
-
-E5M2 = Format("fp8_e5m2", "float8_e5m2", "e5m2")
 
 
 @variant_settings
@@ -107,8 +107,7 @@ def test_e5m2_storage_and_spelling_are_equivalent(data, impl, device):
 @given(data=st.data())
 def test_formats_alternate_on_one_layout(data, impl, device):
     """Repeat: one uint8 layout written as e4m3, as e5m2, then as e4m3 again (other data each time)."""
-    held(impl, E5M2, device)  # skips unless impl declares e5m2 caches; each call is told its own format
-    check_formats_alternate(data, impl, device, ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3"))
+    check_formats_alternate(data, impl, device, E5M2, ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3"))
 
 
 @variant_settings
@@ -121,6 +120,15 @@ def test_e5m2_per_head_scales(data, impl, device, recipes):
 def test_uint8_without_cache_dtype_is_e4m3(impl, device):
     """A uint8 cache and no cache_dtype: e4m3 bytes, as before e5m2 existed."""
     check_uint8_alone_is_e4m3(EDGES, impl, device, E5M2)
+
+
+@pytest.mark.argument_contract
+def test_a_float8_cache_alone_is_written_in_its_format_or_refused(impl, device):
+    """A float8_e5m2 cache and no format argument (SGLang's signature says the format by the tensor's dtype):
+    written in its format, or refused. An implementation that accepts it, writes other bytes and writes no
+    format beyond e4m3 right does not read the dtype: the argument contract's defect, and the properties
+    here skip for it."""
+    check_float8_cache_alone(impl, device, E5M2)
 
 
 @pytest.mark.argument_contract

@@ -8,8 +8,10 @@ e4m3 when it says nothing. The spec is every recipe with its last step onto the 
 0x80 from 248 (the tie with 256) up, as torch's cast does (docs/facts.md, fact 6); every NaN is 0x80 and
 zero has no sign (-0 and negatives that round to zero are 0x00).
 
-The e5m2 family's properties and rules, shared (conformance/fp8_formats.py): only implementations that declare
-the format (a `cache_dtype` parameter, kvfp8 convention) are held to it, others skip with the reason.
+The e5m2 family's properties and rules, shared (conformance/fp8_formats.py): implementations told the format
+(a `cache_dtype` parameter, kvfp8 convention), and kvfp8 ones with no format argument that read their float8
+caches' dtype, are held to it; one that accepts float8_e4m3fnuz caches without reading the dtype fails the
+argument-contract test here; others skip with the reason.
 Properties: drawn fnuz Cases bit-exact and inputs unmodified; fixed edges give the stated bytes; every
 bf16/fp16 pattern; float8_e4m3fnuz and uint8 caches spelled either way are equivalent; uint8 with no
 cache_dtype is still e4m3; a contradicting dtype is refused; e4m3, fnuz and e5m2 calls alternate on one
@@ -25,24 +27,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.fp8_formats import (
-    Format,
+    FNUZ,
     check_all_patterns,
     check_contradiction_refused,
     check_custom_op_and_compile,
     check_drawn,
     check_edges,
+    check_float8_cache_alone,
     check_formats_alternate,
     check_per_head,
     check_storage_and_spelling,
     check_uint8_alone_is_e4m3,
-    held,
 )
 from conformance.test_compile import compile_settings
 from conformance.test_exhaustive import CPU_SCALES
 from conformance.test_per_head import variant_settings
 from strategies.case import Scale
-
-FNUZ = Format("fp8_e4m3fnuz", "float8_e4m3fnuz", "e4m3fnuz")
 
 
 def _drawn(impl) -> None:
@@ -109,6 +109,13 @@ def test_uint8_without_cache_dtype_is_e4m3_not_fnuz(impl, device):
 
 
 @pytest.mark.argument_contract
+def test_a_float8_cache_alone_is_written_in_its_format_or_refused(impl, device):
+    """test_e5m2's argument-contract test for float8_e4m3fnuz caches (a kernel that reads no dtype writes e4m3fn
+    bytes there: read as fnuz, each value halves)."""
+    check_float8_cache_alone(impl, device, FNUZ)
+
+
+@pytest.mark.argument_contract
 @pytest.mark.parametrize("caches, cache_dtype, named", [
     (("float8_e4m3fnuz", "float8_e4m3fnuz"), "fp8_e4m3", "k_cache"),
     (("float8_e4m3fn", "float8_e4m3fn"), torch.float8_e4m3fnuz, "k_cache"),
@@ -125,8 +132,7 @@ def test_fnuz_contradicting_cache_dtype_is_refused(caches, cache_dtype, named, i
 @given(data=st.data())
 def test_fnuz_formats_alternate_on_one_layout(data, impl, device):
     """Repeat: one uint8 layout written as e4m3, e4m3fnuz, e5m2, then e4m3fnuz again (other data each time)."""
-    held(impl, FNUZ, device)  # skips unless impl declares fnuz caches; each call is told its own format
-    check_formats_alternate(data, impl, device, ("fp8_e4m3", FNUZ.name, "fp8_e5m2", FNUZ.name))
+    check_formats_alternate(data, impl, device, FNUZ, ("fp8_e4m3", FNUZ.name, "fp8_e5m2", FNUZ.name))
 
 
 @variant_settings

@@ -21,7 +21,17 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from conformance.diagnosis.classify import SAVED, Finding, case_size, classify_result, excerpt_of, narrow, run_case
+from conformance.diagnosis.classify import (
+    ALONE_MUTATIONS,
+    ALONE_TEST,
+    SAVED,
+    Finding,
+    case_size,
+    classify_result,
+    excerpt_of,
+    narrow,
+    run_case,
+)
 from conformance.impls import Implementation, Inexpressible
 from strategies._cache import sampled
 from strategies.case import SCALE_KINDS, Case, Override, Scale
@@ -215,17 +225,19 @@ def _rows() -> list[InputClass]:
     rows.append(InputClass("per-head-scales", "per-head scales: a [H] float32 k_scale or v_scale (vllm#30141)",
                            tests=(("test_per_head", "*", ()),)))
     # Decided by the properties that hold an implementation to e5m2 bytes; they skip (not applicable) for one
-    # that declares no e5m2 caches (no cache_dtype parameter).
+    # that declines e5m2 caches or cannot be told them, and for one that accepts them without reading their
+    # dtype, whose argument-contract test (ALONE_TEST) then decides the row.
     rows.append(InputClass("e5m2-caches", "e5m2 caches: float8_e5m2, or uint8 with cache_dtype='fp8_e5m2' (vLLM's "
                            "kv_cache_dtype='fp8_e5m2')",
                            tests=tuple(("test_e5m2", t, ()) for t in ("test_e5m2_is_bit_exact", "test_e5m2_edges",
-                                                                     "test_e5m2_capture_and_replay"))))
+                                                                     "test_e5m2_capture_and_replay", ALONE_TEST))))
     # Likewise for e4m3fnuz (ROCm MI300's e4m3): decided by test_fnuz's bit-exact properties.
     rows.append(InputClass("format-alias", "kv_cache_dtype \"fp8_e4m3\", vLLM's other name for \"fp8\"",
                            _set(format_alias=True)))
     rows.append(InputClass("fnuz-caches", "e4m3fnuz caches: float8_e4m3fnuz, or uint8 with "
                            "cache_dtype='fp8_e4m3fnuz' (vLLM on ROCm MI300)",
-                           tests=tuple(("test_fnuz", t, ()) for t in ("test_fnuz_is_bit_exact", "test_fnuz_edges"))))
+                           tests=tuple(("test_fnuz", t, ()) for t in ("test_fnuz_is_bit_exact", "test_fnuz_edges",
+                                                                     ALONE_TEST))))
     for layout, where in (("inline", "inline after each head's bytes (head_dim + 4)"),
                           ("separate", "in float32 scale caches [pages, page_size, H]")):
         rows.append(InputClass(f"per-token-head-{layout}", f"dynamic per-(token, head) scales stored {where} "
@@ -244,12 +256,16 @@ PROBE_ROWS = [r for r in ROWS if r.transform is not None]
 
 
 def argument_rows() -> list[InputClass]:
-    """One row per argument-error class of conformance/test_errors.py."""
+    """One row per argument-error class of conformance/test_errors.py, and one per float8 cache format beyond
+    e4m3 given with no format argument (ALONE_TEST)."""
     from conformance.test_errors import MUTATIONS
-    return [InputClass(f"arg-{m.name}", m.name, group="argument contract",
-                       tests=(("test_errors", "test_invalid_argument_raises_and_writes_nothing",
-                               (("mutation", m.name), ("target", "impl"))),))
-            for m in MUTATIONS]
+    return [*(InputClass(f"arg-{m.name}", m.name, group="argument contract",
+                         tests=(("test_errors", "test_invalid_argument_raises_and_writes_nothing",
+                                 (("mutation", m.name), ("target", "impl"))),))
+              for m in MUTATIONS),
+            *(InputClass(f"arg-{module.removeprefix('test_')}-alone", f"{mutation}: written in its format or refused",
+                         group="argument contract", tests=((module, ALONE_TEST, ()),))
+              for module, mutation in ALONE_MUTATIONS.items())]
 
 
 # -- the probes ------------------------------------------------------------------------------------
