@@ -108,6 +108,20 @@ def small_case(impl: Implementation, **changes: object) -> Case:
                          seed=3, recipe=impl.recipe or "divide", **changes))
 
 
+def plain_format_case(impl: Implementation, fmt: Format, device: torch.device) -> Case:
+    """small_case in fmt's float8 caches, with both scales 1.0 of the first kind (the convention's plain kind
+    first) whose e4m3 twin impl takes without raising: a call that raises in e4m3 as well says nothing about
+    the format (a kernel that refuses a None scale is not declining e5m2). The plain kind's when none does."""
+    convention = impl.convention
+    kinds = dict.fromkeys((convention.plain_scale_kind, *(k for k in ("tensor1", "tensor0d", "float", "none")
+                                                          if k in convention.scale_kinds)))
+    cases = [small_case(impl, cache_format=fmt.name, cache_dtype=fmt.dtype, k_scale=Scale(kind), v_scale=Scale(kind))
+             for kind in kinds]
+    twin = {"cache_format": "fp8_e4m3", "cache_dtype": "float8_e4m3fn"}
+    return next((c for c in cases if run_impl(c.replace(**twin), impl.telling(c.replace(**twin)), device)[1] is None),
+                cases[0])
+
+
 _DECLINED: dict[tuple[str, str, str], str | None] = {}
 
 
@@ -119,7 +133,7 @@ def declined(impl: Implementation, fmt: Format, device: torch.device) -> str | N
     the plain call is held to the format's bytes in every property."""
     key = (impl.spec or impl.name, fmt.name, str(device))
     if key not in _DECLINED:
-        case = small_case(impl, cache_format=fmt.name, cache_dtype=fmt.dtype)
+        case = plain_format_case(impl, fmt, device)
         errors = [run_impl(case.replace(cache_dtype=dtype), impl, device)[1] for dtype in (fmt.dtype, "uint8")]
         _DECLINED[key] = all(errors) and f"declines {fmt.says} caches: on a plain {fmt.says} call, {errors[0]}"
     return _DECLINED[key]
@@ -141,7 +155,7 @@ def untold_answer(impl: Implementation, fmt: Format, device: torch.device) -> An
     key = (impl.spec or impl.name, fmt.name, str(device))
     if key not in _ANSWERS:
         plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
-        case = small_case(plain, cache_format=fmt.name, cache_dtype=fmt.dtype)
+        case = plain_format_case(plain, fmt, device)
         actual, error = run_impl(case, plain, device)
         recipes = (case.recipe,) if impl.recipe else tuple(RECIPES)  # "writes fmt" under any recipe it may use
         if error:
@@ -378,7 +392,7 @@ def check_float8_cache_alone(impl: Implementation, device: torch.device, fmt: Fo
                     f"caches are held to {fmt.says}'s bytes by the properties")
     if answer.kind == "other":
         plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
-        case = small_case(plain, cache_format=fmt.name, cache_dtype=fmt.dtype)
+        case = plain_format_case(plain, fmt, device)
         actual, _ = run_impl(case, plain, device)
         why = ("when told no cache_dtype= (the cache's dtype says the format: read it, or refuse the cache)"
                if takes_cache_dtype(impl) else "and writes no format beyond e4m3 right (a cache of a format it "

@@ -6,7 +6,8 @@ SGLang's signature has no format argument: a float8_e5m2 or float8_e4m3fnuz cach
 - One that writes none of them right (written for e4m3 alone, taking any float8 cache) is not held to their
   bytes: accepting such a cache is one argument-contract finding naming the cache, and the format's
   properties skip, saying why.
-- One that raises on a plain call declines the format: its properties skip with the error.
+- One that raises on a plain call declines the format: its properties skip with the error; but not one whose
+  call raises in e4m3 too (the plain call is asked with a scale kind its e4m3 twin takes).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ def e4m3_checked(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, 
     if k_cache.dtype not in (torch.float8_e4m3fn, torch.uint8):
         raise TypeError(f"k_cache must be float8_e4m3fn or uint8, got {k_cache.dtype}")
     e4m3_only(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size)
+
+
+def fnuz_as_fn_needs_scales(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True):
+    """fnuz_as_fn, and a second defect: a None scale raises (in every format)."""
+    float(k_scale), float(v_scale)
+    fnuz_as_fn(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size)
 
 
 def _impl(fn) -> Implementation:
@@ -88,3 +96,12 @@ def test_a_kernel_that_refuses_the_format_declines_it(fmt):
     for check in (lambda: held(impl, fmt, CPU), lambda: check_float8_cache_alone(impl, CPU, fmt)):
         with pytest.raises(pytest.skip.Exception, match=f"declines {fmt.dtype} caches: .*TypeError"):
             check()
+
+
+def test_a_call_that_raises_in_e4m3_too_does_not_decline_the_format():
+    """The plain call is asked with a scale kind its e4m3 twin takes: a kernel that refuses None scales in
+    every format (another defect) still reads the dtype, and is held to e4m3fnuz's bytes."""
+    impl = _impl(fnuz_as_fn_needs_scales)
+    assert held(impl, FNUZ, CPU) is impl
+    with pytest.raises(pytest.skip.Exception, match="held to e4m3fnuz's bytes by the properties"):
+        check_float8_cache_alone(impl, CPU, FNUZ)
