@@ -360,7 +360,8 @@ HISTORY = "state:earlier-calls"
 #: graphs, inputs modified, caches past 2**31 bytes, dynamic per-(token, head) scales.
 NOT_REPLAYED = ("validation", "unclassified", "crash", "graph", "input-modified", "big-cache", "per-token-head")
 #: Keys a failure gets when its Case cannot be replayed, or passes when it is (its own text classified).
-UNREPRODUCED = ("wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-case", "state:unrepeatable")
+UNREPRODUCED = ("wrong-bytes:values", "wrong-bytes:inconsistent", "unclassified:no-case", "unclassified:no-repro",
+                "state:unrepeatable")
 
 
 def _replayable_case(group: list[tuple[str, Finding]]) -> str | None:
