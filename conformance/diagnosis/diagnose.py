@@ -742,12 +742,24 @@ def consistent(effect: Effect, trigger: list[str]) -> Effect:
     return Effect(fits[0], title_of(fits[0]), detail, effect.value, fits[1:])
 
 
+def _values_needed(effect: Effect, trigger: list[str], minimal: Case) -> str:
+    """A value effect's value dimensions, in words, for its title (its key leaves them out): a reader learns
+    that a NaN is lost only for a tiny scale, and which scale its smallest Case has."""
+    values = [t for t in trigger if effect.value and _value_dimension(effect, t)]
+    if not values:
+        return ""
+    said = [f"{words([t])} (here k_scale {minimal.k_scale.value:g}, v_scale {minimal.v_scale.value:g})"
+            if t == "scale-value" else words([t]) for t in values]
+    return f" (in its smallest Case: {'; '.join(said)})"
+
+
 def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
     effect = consistent(effect, trigger)
     key = identity(effect, trigger)
     cls = class_of(key)
     named = _named(effect, trigger)
     title = f"{effect.title}, {words(named)}" if named or not effect.value else effect.title
+    title += _values_needed(effect, trigger, minimal)
     alternatives = [identity(Effect(a, "", value=effect.value), trigger) for a in effect.alternatives]
     return Finding(cls, key, title, cell=EFFECT_CELLS.get(cls, "wrong bytes"), case_size=case_size(minimal),
                    facts={"effect": effect.key, "trigger": trigger, "detail": effect.detail, "held": held,
