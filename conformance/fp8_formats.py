@@ -7,11 +7,13 @@ Which implementations are held to a format's bytes:
 - the vllm convention, told by its kv_cache_dtype ("fp8_e5m2"; it has no word for fnuz), unless it raises on
   a plain call of the format (it declines it: the capability row says so);
 - a kvfp8 implementation with no format argument, whose float8 cache tensors say the format (SGLang's
-  signature), when it writes some format beyond e4m3 right on a plain call: it reads the cache's dtype, so
-  every format it accepts is held to that format's bytes (a plain call that raises declines the format).
-  One that writes none of them right (a kernel written for e4m3 alone that takes any float8 cache) is not
-  held to their bytes: accepting such a cache without refusing it is an argument-contract defect
-  (`check_float8_cache_alone`), and the format's properties skip, saying so.
+  signature), when it reads the cache's dtype (for some format beyond e4m3 a plain call writes other bytes
+  than its e4m3 twin on the same inputs): every format it accepts is held to that format's bytes (a plain
+  call that raises, where its e4m3 twin does not, declines the format).
+  One that reads no float8 cache's dtype (it writes what it writes into e4m3 caches, or those values cast:
+  a kernel written for e4m3 alone that takes any float8 cache) is not held to their bytes: accepting such a
+  cache without refusing it is an argument-contract defect (`check_float8_cache_alone`), and the format's
+  properties skip, saying so.
 """
 
 from __future__ import annotations
@@ -143,15 +145,17 @@ def declined(impl: Implementation, fmt: Format, device: torch.device) -> str | N
 class Answer:
     """What an implementation does with a float8 cache of a format and no format argument, on a plain call."""
 
-    kind: str  # "declines" (raises), "writes" (the format's bytes under some recipe), "other" (other bytes)
-    detail: str  # declines: why; other: which bytes it writes
+    kind: str  # "declines" (raises), "writes" (fmt's bytes under some recipe), "ignores" (what it writes into
+    # an e4m3 cache, or those values cast to fmt: it does not read the dtype), "other" (it reads it, wrongly)
+    detail: str  # declines: why; ignores, other: which bytes it writes
 
 
 _ANSWERS: dict[tuple[str, str, str], Answer] = {}
 
 
 def untold_answer(impl: Implementation, fmt: Format, device: torch.device) -> Answer:
-    """A plain call with float8 caches of fmt and no format argument: declined, written right, or other bytes."""
+    """A plain call with float8 caches of fmt and no format argument, beside its e4m3 twin on the same inputs:
+    declined, fmt written right, the dtype ignored, or other bytes."""
     key = (impl.spec or impl.name, fmt.name, str(device))
     if key not in _ANSWERS:
         plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
@@ -163,38 +167,38 @@ def untold_answer(impl: Implementation, fmt: Format, device: torch.device) -> An
         elif any(compare_caches(run_reference(case.replace(recipe=r), device), actual) is None for r in recipes):
             answer = Answer("writes", "")
         else:
-            answer = Answer("other", _what_it_writes(_e4m3_of(case, device), actual, fmt))
+            answer = _beside_e4m3(case, plain, actual, fmt, device)
         _ANSWERS[key] = answer
     return _ANSWERS[key]
 
 
-def _e4m3_of(case: Case, device: torch.device) -> Built:
-    """The reference's e4m3 bytes for the inputs of `case` (a Case of another format draws its values from
-    that format's range, so an e4m3 Case of the same seed holds other inputs): its caches viewed as e4m3."""
+def _beside_e4m3(case: Case, impl: Implementation, actual: Built, fmt: Format, device: torch.device) -> Answer:
+    """fmt's wrong bytes beside impl's own e4m3 call on the same inputs (the same buffers viewed as e4m3): the
+    same bytes, or their e4m3 values cast to fmt (a result stored through the cache's dtype: a cast, a Triton
+    store), say it ignores the dtype; others, that it reads the dtype and writes fmt wrong."""
     e4m3 = case.replace(cache_format="fp8_e4m3", cache_dtype="float8_e4m3fn")
     built = build(case, device)
     views = {name: getattr(built, name).view(torch.float8_e4m3fn) for name in ("k_cache", "v_cache")}
-    return run_reference(e4m3, device, dataclasses.replace(built, case=e4m3, **views))
-
-
-def _what_it_writes(e4m3: Built, actual: Built, fmt: Format) -> str:
-    """Which bytes a plain call wrote into fmt's caches: e4m3's bytes, e4m3's values cast to fmt (the e4m3
-    result stored through the cache's dtype: a cast, a Triton store), or others."""
-    if compare_caches(e4m3, actual) is None:
-        return "e4m3's bytes into them (as into e4m3 caches)"
+    twin, error = run_impl(e4m3, impl, device, dataclasses.replace(built, case=e4m3, **views))
+    if error:
+        return Answer("other", f"other bytes than {fmt.says}'s")
+    if compare_caches(twin, actual) is None:
+        return Answer("ignores", "the bytes it writes into e4m3 caches")
     for name in ("k_cache", "v_cache"):  # the written slots only: an unwritten fill byte is no e4m3 value
-        mask = written_mask(e4m3.case, name)
-        ours, theirs = e4m3.buffers[name].cpu()[mask], actual.buffers[name].cpu()[mask]
+        mask = written_mask(e4m3, name)
+        ours, theirs = twin.buffers[name].cpu()[mask], actual.buffers[name].cpu()[mask]
         cast = ours.view(torch.float8_e4m3fn).float().to(fmt.torch_dtype).view(torch.uint8)
         if not torch.equal(cast, theirs):
-            return f"other bytes than {fmt.says}'s"
-    return f"e4m3's values cast to {fmt.says} (each rounded to e4m3 first, then stored through the cache's dtype)"
+            return Answer("other", f"other bytes than {fmt.says}'s (and than its e4m3 call's)")
+    return Answer("ignores", f"its e4m3 values cast to {fmt.says} (each rounded to e4m3 first, then stored "
+                             "through the cache's dtype)")
 
 
 def reads_format(impl: Implementation, device: torch.device) -> bool:
-    """Whether impl, told no format, writes some format beyond e4m3 right on a plain call (it reads the
-    cache's dtype: every format it accepts is then held to that format's bytes)."""
-    return any(untold_answer(impl, f, device).kind == "writes" for f in BEYOND_E4M3)
+    """Whether impl, told no format, reads a float8 cache's dtype: for some format beyond e4m3 a plain call
+    writes other bytes than into an e4m3 cache (the format's, or wrong ones). Every format it accepts is then
+    held to that format's bytes."""
+    return any(untold_answer(impl, f, device).kind in ("writes", "other") for f in BEYOND_E4M3)
 
 
 def held(impl: Implementation, fmt: Format, device: torch.device) -> Implementation:
@@ -215,8 +219,8 @@ def held(impl: Implementation, fmt: Format, device: torch.device) -> Implementat
     if answer.kind == "declines":
         pytest.skip(answer.detail)
     if not reads_format(impl, device):  # a kernel written for e4m3 alone is not held to this format's bytes
-        pytest.skip(f"{impl.name} takes no format argument and writes no format beyond e4m3 right on a plain call: "
-                    f"it accepts {fmt.dtype} caches and writes {answer.detail} ({ALONE_TEST} says so)")
+        pytest.skip(f"{impl.name} takes no format argument and reads no float8 cache's dtype: it accepts "
+                    f"{fmt.dtype} caches and writes {answer.detail} ({ALONE_TEST} says so)")
     return impl
 
 
@@ -378,25 +382,26 @@ def check_uint8_alone_is_e4m3(edges: tuple[Edge, ...], impl: Implementation, dev
 
 def check_float8_cache_alone(impl: Implementation, device: torch.device, fmt: Format) -> None:
     """A float8 cache of fmt and no format argument (SGLang's signature: the tensor's dtype is the only word
-    for the format) is written in fmt or refused. Fails for a kvfp8 implementation that accepts it and writes
-    other bytes while writing no format beyond e4m3 right (it does not read the dtype; an implementation with
-    a cache_dtype parameter must read it when not told). One that reads the dtype (another format is written
-    right) is held to fmt's bytes by the properties instead."""
+    for the format) is written in fmt or refused. Fails for a kvfp8 implementation that accepts it without
+    reading its dtype (it writes what it writes into an e4m3 cache, or those values cast), where it reads no
+    float8 cache's dtype (one with a cache_dtype parameter must read it when not told). One that reads the
+    dtype is held to fmt's bytes by the properties instead."""
     if impl.convention.format_position is not None:
         pytest.skip(f"the {impl.convention.name} convention always says the cache format (kv_cache_dtype)")
     answer = untold_answer(impl, fmt, device)
     if answer.kind == "declines":
         pytest.skip(answer.detail)
-    if answer.kind == "other" and not takes_cache_dtype(impl) and reads_format(impl, device):
-        pytest.skip(f"{impl.name} reads a float8 cache's dtype (it writes another format right): its {fmt.dtype} "
-                    f"caches are held to {fmt.says}'s bytes by the properties")
-    if answer.kind == "other":
+    told_elsewhere = takes_cache_dtype(impl)
+    if answer.kind != "writes" and not told_elsewhere and reads_format(impl, device):
+        pytest.skip(f"{impl.name} reads a float8 cache's dtype: its {fmt.dtype} caches are held to {fmt.says}'s "
+                    "bytes by the properties")
+    if answer.kind != "writes":
         plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
         case = plain_format_case(plain, fmt, device)
         actual, _ = run_impl(case, plain, device)
         why = ("when told no cache_dtype= (the cache's dtype says the format: read it, or refuse the cache)"
-               if takes_cache_dtype(impl) else "and writes no format beyond e4m3 right (a cache of a format it "
-                                               "does not write must be refused)")
+               if told_elsewhere else "and reads no float8 cache's dtype (a cache of a format it does not write "
+                                      "must be refused)")
         report = compare_caches(run_reference(case, device), actual) or ""
         fail(plain, f"does not validate a {fmt.dtype} cache given with no format argument: it accepts such caches "
                     f"and writes {answer.detail}, {why}:", report, case)

@@ -56,6 +56,13 @@ def fnuz_as_fn_needs_scales(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_s
     fnuz_as_fn(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size)
 
 
+def swapped_reads_dtype(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True):
+    """Reads every cache's dtype right, but writes K into v_cache and V into k_cache (wrong in every format)."""
+    naive_fp8_set_kv_buffer(v, k, k_cache, v_cache, cache_loc, v_scale, k_scale, page_size, recipe="single",
+                            cache_dtype=FORMAT_OF.get(k_cache.dtype))
+
+
 def _impl(fn) -> Implementation:
     return Implementation(f"meta-{fn.__name__}", fn, convention=detect(fn), recipe="single")
 
@@ -72,7 +79,7 @@ def test_a_kernel_that_ignores_the_dtype_is_one_argument_contract_finding(fmt, m
         check_float8_cache_alone(impl, CPU, fmt)
     [finding] = classify_failure(info.value, ALONE_TEST, module, {}, impl, CPU)
     assert (finding.key, finding.cls) == ("validation:accepted", "validation"), finding
-    assert finding.facts["mutation"] == ALONE_MUTATIONS[module] and "e4m3's bytes" in finding.title, finding
+    assert finding.facts["mutation"] == ALONE_MUTATIONS[module] and "into e4m3 caches" in finding.title, finding
     with pytest.raises(pytest.skip.Exception, match=ALONE_TEST):  # its bytes are not held to the format
         held(impl, fmt, CPU)
 
@@ -105,3 +112,12 @@ def test_a_call_that_raises_in_e4m3_too_does_not_decline_the_format():
     assert held(impl, FNUZ, CPU) is impl
     with pytest.raises(pytest.skip.Exception, match="held to e4m3fnuz's bytes by the properties"):
         check_float8_cache_alone(impl, CPU, FNUZ)
+
+
+def test_a_kernel_wrong_in_every_format_still_reads_the_dtype():
+    """Its e5m2 bytes are neither e5m2's nor its own e4m3 call's (nor those cast): it reads the dtype, and is
+    held to e5m2's bytes (where its defect shows too), not reported as accepting a format it ignores."""
+    impl = _impl(swapped_reads_dtype)
+    assert held(impl, E5M2, CPU) is impl
+    with pytest.raises(pytest.skip.Exception, match="held to e5m2's bytes by the properties"):
+        check_float8_cache_alone(impl, CPU, E5M2)
