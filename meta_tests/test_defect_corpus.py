@@ -59,7 +59,7 @@ EFFECTS = re.compile(
     r"|flush-to-zero|rounds-toward-zero|approximate-division|off-by-one-ulp"
     r"|encoding:(nan-sign|nan-past-448|saturates)|zero-sign:(plus|minus)"
     r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|other-input|cache-ignored"
-    r"|cache-page-stride)|kv-mixed:(caches-swapped|inputs-swapped|k-for-v|v-for-k)"
+    r"|cache-page-stride|cache-inner-stride)|kv-mixed:(caches-swapped|inputs-swapped|k-for-v|v-for-k)"
     r"|padding:(wraps-to-end|slot-0)|out-of-range:written|storage:value-cast|raises:\w+|crash|graph:sync"
     r"|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained|tokens-moved)")
 TRIGGER_WORDS = {"plain", "strided-input", "input-layouts-differ", "strided-loc", "strided-cache",

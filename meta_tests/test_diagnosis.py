@@ -815,18 +815,24 @@ def test_caches_swapped_is_named_so() -> None:
     assert keys == ["kv-mixed:caches-swapped@plain"]
 
 
-def _page_stride_from_shape(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
-                            use_triton=True, *, recipe="unfused", checked=False):
-    """Each cache's page stride taken as page_size * H * D, its other strides its own; a plain-torch scatter that
-    writes wherever that view points, overlapping pages included (the reference refuses such a view)."""
+def _scatter_misread(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe, checked,
+                     strides_of) -> None:
+    """Each token's reference bytes scattered through each cache viewed with strides_of(cache): a plain-torch
+    write wherever that view points, overlapping pages included (the reference refuses such a view)."""
     for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
         one = torch.zeros((x.shape[0], 1, *cache.shape[2:]), dtype=cache.dtype)
         _reference(x, x, one, one.clone(), torch.arange(x.shape[0]), scale, scale, 1, recipe=recipe, checked=checked)
-        view = cache.as_strided(cache.shape, (page_size * cache.shape[2] * cache.shape[3], *cache.stride()[1:]),
-                                cache.storage_offset())
+        view = cache.as_strided(cache.shape, strides_of(cache), cache.storage_offset())
         for t, s in enumerate(cache_loc.tolist()):
             if 0 <= s < cache.shape[0] * page_size:
                 view[s // page_size, s % page_size] = one[t, 0]
+
+
+def _page_stride_from_shape(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True, *, recipe="unfused", checked=False):
+    """Each cache's page stride taken as page_size * H * D, its other strides its own."""
+    _scatter_misread(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe, checked,
+                     lambda c: (page_size * c.shape[2] * c.shape[3], *c.stride()[1:]))
 
 
 @pytest.mark.parametrize("layout", [Layout((0, 2, 1, 3), (0, 0, 1, 0)), Layout((0, 1, 2, 3), (0, 0, 0, 4))],
@@ -837,6 +843,23 @@ def test_a_page_stride_from_the_shape_is_named_so(layout: Layout) -> None:
     case = _case(v_cache_layout=layout, cache_loc=(5, 0, 9))
     keys = [f.key for f in Diagnoser(_impl(_page_stride_from_shape), CPU).diagnose(case)]
     assert keys == ["strides:cache-page-stride@strided-cache"]
+
+
+def _head_stride_as_head_dim(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                             use_triton=True, *, recipe="unfused", checked=False):
+    """Each cache's head stride taken as head_dim (`h * D`, not `h * stride(2)`), its other strides its own
+    (held-out batch 24's vLLM write)."""
+    _scatter_misread(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe, checked,
+                     lambda c: (*c.stride()[:2], c.shape[3], c.stride(3)))
+
+
+@pytest.mark.parametrize("layout", [Layout((0, 2, 1, 3), (0, 0, 0, 0)), Layout((0, 1, 2, 3), (0, 0, 0, 4))],
+                         ids=["head-major", "dim-padded"])
+def test_a_head_stride_from_the_shape_is_named_so(layout: Layout) -> None:
+    case = _case(v_cache_layout=layout, cache_loc=(5, 0, 9))
+    found = Diagnoser(_impl(_head_stride_as_head_dim), CPU).diagnose(case)
+    assert [f.key for f in found] == ["strides:cache-inner-stride@strided-cache"], [f.key for f in found]
+    assert "the head stride as head_dim" in found[0].facts["detail"], found[0].facts
 
 
 def _dim_tail_dropped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,

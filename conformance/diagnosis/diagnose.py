@@ -725,6 +725,7 @@ MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ign
             "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
             "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
             "strides:cache-ignored": "strided-cache", "strides:cache-page-stride": "strided-cache",
+            "strides:cache-inner-stride": "strided-cache",
             "padding:wraps-to-end": "padding", "padding:slot-0": "padding", "padding:slots-compacted": "padding",
             "out-of-range:written": "out-of-range"}
 

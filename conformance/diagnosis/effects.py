@@ -105,6 +105,8 @@ TITLES = {
                                 "head-major, HND, page for an NHD one)",
     "strides:cache-page-stride": "addresses a cache's pages (or slots) with a stride computed from its shape, not "
                                  "the tensor's own (its other strides honoured)",
+    "strides:cache-inner-stride": "addresses a cache's heads, dims or slots within a page with a stride computed "
+                                  "from its shape, not the tensor's own (its other strides honoured)",
     "strides:offset-ignored": "addresses a tensor from its storage's start, not the view's (its storage offset "
                               "dropped)",
     "kv-mixed:caches-swapped": "writes K into value_cache and V into key_cache (the caches swapped)",
@@ -310,6 +312,19 @@ def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Calla
     def strides(t: torch.Tensor) -> tuple[int, ...]:
         contiguous = _contiguous_strides(t.shape)
         return (contiguous[0], *t.stride()[1:]) if outer_only else contiguous
+    return _caches_misread(names, strides)
+
+
+def _cache_inner_stride(names: tuple[str, ...], axis: int) -> Callable[[Built], dict | None]:
+    """Caches written with one inner stride (a head's, a dim's, a slot's within a page) computed from the
+    shape as if contiguous, the others the tensor's own: `h * head_dim` for `h * stride(2)` (an HND, padded or
+    interleaved cache's heads land on other rows)."""
+    def strides(t: torch.Tensor) -> tuple[int, ...] | None:
+        if t.dim() + axis < 1:  # the outermost stride is cache-page-stride's
+            return None
+        own = list(t.stride())
+        own[axis] = _contiguous_strides(t.shape)[axis]
+        return tuple(own)
     return _caches_misread(names, strides)
 
 
@@ -523,6 +538,11 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("strides:cache-page-stride", "both caches", _cache_contiguous(("k_cache", "v_cache"), outer_only=True)),
     ("strides:cache-page-stride", "k_cache", _cache_contiguous(("k_cache",), outer_only=True)),
     ("strides:cache-page-stride", "v_cache", _cache_contiguous(("v_cache",), outer_only=True)),
+    *(("strides:cache-inner-stride", f"{what}, {who}", _cache_inner_stride(names, axis))
+      for axis, what in ((-2, "the head stride as head_dim"), (-1, "the dim stride as 1"),
+                         (1, "the in-page slot stride as H x D"))
+      for who, names in (("both caches", ("k_cache", "v_cache")), ("k_cache", ("k_cache",)),
+                         ("v_cache", ("v_cache",)))),
     ("strides:offset-ignored", "both caches", _offset_ignored(CACHES)),
     ("strides:offset-ignored", "k_cache", _offset_ignored(("k_cache",))),
     ("strides:offset-ignored", "v_cache", _offset_ignored(("v_cache",))),

@@ -716,7 +716,8 @@ def _merge_plain_call(groups: Groups) -> None:
 
 #: Keys that say where a token's bytes went (tokens whose slot a kernel computes wrongly leave their own unwritten).
 MOVES_TOKENS = ("wrong-slot:tokens-moved", "wrong-slot:loc-int32-words", "strides:cache-loc-ignored",
-                "strides:cache-page-stride", "strides:cache-ignored", "padding:", "out-of-range:written")
+                "strides:cache-page-stride", "strides:cache-inner-stride", "strides:cache-ignored", "padding:",
+                "out-of-range:written")
 
 
 def _merge_unwritten_into_moved(groups: Groups) -> None:
@@ -895,7 +896,8 @@ MISREAD_BY_LAYOUT = (
     (frozenset({"strided-input", "input-layouts-differ"}),
      ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input", "input-misread:")),
     (frozenset({"strided-cache", "cache-layouts-differ"}),
-     ("strides:cache-ignored", "strides:other-cache", "strides:cache-head-major", "strides:cache-page-stride")),
+     ("strides:cache-ignored", "strides:other-cache", "strides:cache-head-major", "strides:cache-page-stride",
+      "strides:cache-inner-stride")),
 )
 
 
