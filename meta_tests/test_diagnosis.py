@@ -1622,13 +1622,34 @@ def _or_into_old(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, 
         b.copy_(b | before)  # outside the written slots b is before: a no-op there
 
 
+def _fnuz_nan_as_e4m3(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                      use_triton=True, *, recipe="unfused", checked=False, cache_dtype=None):
+    """Every NaN fixed up as e4m3fn's byte 0x7F, in every format (+240 in an e4m3fnuz cache, whose NaN is 0x80:
+    nothing else there is 0x80, it has no -0)."""
+    fnuz = k_cache.dtype == torch.float8_e4m3fnuz
+    scratch = [torch.zeros_like(c) for c in (k_cache, v_cache)] if fnuz else [k_cache, v_cache]
+    naive_fp8_set_kv_buffer(k, v, *scratch, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked,
+                            cache_dtype=cache_dtype)
+    if fnuz:  # the NaN byte fixed up in a scratch copy (the same shape, contiguous), then the rows stored
+        ps = page_size if k_cache.dim() == 4 else 1
+        for cache, rows in zip((k_cache, v_cache), scratch):
+            b = rows.view(torch.uint8)
+            b.masked_fill_(b == 0x80, 0x7F)
+            paged = [t if t.dim() == 4 else t.unsqueeze(1) for t in (cache.view(torch.uint8), b)]
+            for slot in cache_loc.tolist():
+                if 0 <= slot < cache.shape[0] * ps:
+                    paged[0][slot // ps, slot % ps] = paged[1][slot // ps, slot % ps]
+
+
 @pytest.mark.parametrize("fn, changes, key", [
+    (_fnuz_nan_as_e4m3, {"cache_dtype": "float8_e4m3fnuz", "cache_format": "fp8_e4m3fnuz", "recipe": "divide",
+                         "overrides": (Override("v", 3, 0x7FC0, "nan"),)}, "encoding:e4m3-nan-byte@cache-fnuz"),
     (_scale_to_pow2, {}, "scale:power-of-two@any"),
     (_scale_to_pow2, {"v_scale": Scale("tensor1", 1e-40)}, "scale:power-of-two@any"),
     (_e5m2_unsaturated, {"cache_dtype": "float8_e5m2", "cache_format": "fp8_e5m2", "recipe": "divide",
                          "overrides": (Override("k", 1, _bf16(30000.0), "past"),)}, "encoding:overflow-inf@cache-e5m2"),
     (_or_into_old, {}, "storage:or-old@any"),
-], ids=["scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old"])
+], ids=["fnuz-nan-as-e4m3", "scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old"])
 def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, key) -> None:
     """Classes the eighth session's blind batches showed (docs/results/heldout-cpu-2026-12-05-b.md)."""
     case = _case(**changes)

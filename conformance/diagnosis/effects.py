@@ -129,6 +129,8 @@ TITLES = {
     "encoding:inf-nan": "writes NaN for an infinite value where the recipe saturates (finite values past 464 "
                         "saturate)",
     "encoding:nan-lost": "writes a finite byte where the recipe gives NaN",
+    "encoding:e4m3-nan-byte": "writes e4m3fn's NaN byte 0x7F for NaN into an e4m3fnuz cache (+240 there; fnuz's "
+                              "NaN is 0x80)",
     "encoding:overflow-zero": "writes ±0 where the recipe saturates to ±448 (an exponent that overflows its field "
                               "wraps to zero)",
     "encoding:overflow-sign": "saturates with the wrong sign (±448 of the other sign: the sign lost on overflow)",
@@ -750,6 +752,7 @@ def _flushed(e: torch.Tensor, keep_sign: bool, cache_format: str) -> torch.Tenso
 
 #: fp32's smallest normal: a float mode that flushes denormals reads anything below it as zero.
 FP32_TINY = 2.0**-126
+E4M3_NAN, FNUZ_NAN = 0x7F, 0x80  # the NaN byte each format's recipes write
 
 
 def _inputs_flushed(rows: _Rows, held: str) -> torch.Tensor | None:
@@ -951,6 +954,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "scale:power-of-two", lambda: [rows.q(r, up) for r in RECIPES for up in sorted(ups)]
     if case.cache_format == "fp8_e5m2":  # e5m2 has infinities: a cast without saturation writes them
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
+    if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
+        yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
     yield "storage:or-old", lambda: _or_old(rows, held)
     clamped = _input_clamped(rows, held)
     if clamped is not None:
