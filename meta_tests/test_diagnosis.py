@@ -2104,3 +2104,15 @@ def test_a_diagnosis_that_fails_says_so_beside_the_failures_text(monkeypatch) ->
                            name="test_x", callspec=None, funcargs={"impl": object(), "device": CPU})
     found = recorder._classified(item, AssertionError("k_cache: 3 of 8 bytes differ"))
     assert found and all("diagnosis's replays failed (IndexError" in f["facts"]["detail"] for f in found), found
+
+
+def test_a_per_token_slot_rule_triggered_by_several_tokens_fit_by_chance() -> None:
+    """A grid that skips some tokens' programs leaves a slot unwritten that a wrong bound also explains; but a
+    bound acts on each token by its own slot, and every token of the minimal Case, alone, is right (held-out
+    batch 24's Triton write): that model is refuted, not reported."""
+    from conformance.diagnosis.diagnose import consistent
+    from conformance.diagnosis.effects import Effect
+    bound = Effect("out-of-range:wrong-bound", "skips in-range slots")
+    assert consistent(bound, ["many-tokens"], tokens=3).key == "wrong-slot:unexplained"
+    assert consistent(bound, ["many-tokens"], tokens=9).key == bound.key  # tokens past the fourth were not tried
+    assert consistent(bound, ["out-of-range"], tokens=3).key == bound.key

@@ -730,15 +730,25 @@ MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ign
             "out-of-range:written": "out-of-range"}
 
 
-def consistent(effect: Effect, trigger: list[str]) -> Effect:
-    """The first of the effect and its alternatives whose misread dimension is in the trigger; none such
-    (every placement model fit by chance): what no model explains."""
-    fits = [k for k in [effect.key, *effect.alternatives] if k not in MISREADS or MISREADS[k] in trigger]
+#: Slot rules that act on each token by its own slot: a token alone at that slot shows them too, so a trigger of
+#: several tokens (every one of the minimal Case's tokens, alone, is right; the ablation tries the first four)
+#: says the model fit by chance (a grid that skips some tokens' programs, read as a bound that skips slots).
+PER_TOKEN = ("out-of-range:wrong-bound", "out-of-range:written")
+
+
+def consistent(effect: Effect, trigger: list[str], tokens: int = 0) -> Effect:
+    """The first of the effect and its alternatives whose misread dimension is in the trigger, and that is no
+    per-token slot rule triggered by several tokens (of a Case of at most four); none such (every model fit
+    by chance): what no model explains."""
+    alone = "many-tokens" in trigger and 0 < tokens <= 4
+    fits = [k for k in [effect.key, *effect.alternatives] if (k not in MISREADS or MISREADS[k] in trigger)
+            and not (alone and k in PER_TOKEN)]
     if fits == [effect.key, *effect.alternatives]:
         return effect
     if not fits:
         return Effect("wrong-slot:unexplained", title_of("wrong-slot:unexplained"),
-                      f"{effect.key} fits its bytes, but its misread argument is not what triggers it")
+                      f"{effect.key} fits its bytes, but its trigger refutes it (its misread argument is not "
+                      "in it, or several tokens are, for a rule on each token's own slot)")
     detail = effect.detail if fits[0] == effect.key else ""  # the detail named the first model's misread
     return Effect(fits[0], title_of(fits[0]), detail, effect.value, fits[1:])
 
@@ -755,7 +765,7 @@ def _values_needed(effect: Effect, trigger: list[str], minimal: Case) -> str:
 
 
 def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
-    effect = consistent(effect, trigger)
+    effect = consistent(effect, trigger, minimal.num_tokens)
     key = identity(effect, trigger)
     cls = class_of(key)
     named = _named(effect, trigger)
