@@ -2116,3 +2116,26 @@ def test_a_per_token_slot_rule_triggered_by_several_tokens_fit_by_chance() -> No
     assert consistent(bound, ["many-tokens"], tokens=3).key == "wrong-slot:unexplained"
     assert consistent(bound, ["many-tokens"], tokens=9).key == bound.key  # tokens past the fourth were not tried
     assert consistent(bound, ["out-of-range"], tokens=3).key == bound.key
+
+
+def _inverts_its_scale_in_place(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                use_triton=True):
+    """Recipe `single` (SGLang's signature), but each tensor scale is inverted in place (`s.reciprocal_()`):
+    right bytes on the first call of a fresh tensor, its caller's scale changed."""
+    values = []
+    for s in (k_scale, v_scale):
+        values.append(1.0 if s is None else float(s))
+        if isinstance(s, torch.Tensor):
+            s.reciprocal_()
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, *values, page_size, recipe="single")
+
+
+def test_a_kernel_that_writes_its_scale_is_still_identified() -> None:
+    """The sweep gives each call, and K and V, scale tensors of their own: one tensor for both (and for every
+    call) let a kernel that inverts its scale in place divide V by 1/s, and the sweep held it to no recipe
+    (held-out batch 25's SGLang write was held to `divide` and reported as rounding `single`)."""
+    from conformance.conventions import detect
+    from conformance.diagnosis.identification import held_recipe, identify, sweep_points
+    impl = Implementation("inverts", _inverts_its_scale_in_place, convention=detect(_inverts_its_scale_in_place))
+    res = identify(impl, sweep_points(["bfloat16"], full=False, convention=impl.convention), CPU)
+    assert not res.errors and res.matches() == ["single"], held_recipe(res)

@@ -148,8 +148,11 @@ def _call_slots(impl: Implementation, x: torch.Tensor, ks, vs, device: torch.dev
     caches = [torch.zeros(shape, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn) for _ in "kv"]
     for start in range(0, x.shape[0], tokens):
         rows = slice(start, start + tokens)
+        # each call its own scale tensors (equal values): a kernel that writes its scale in place (inverts it)
+        # must not change the next call's, nor V's through K's (the isolation tests report the writing)
+        fresh = [s.clone() if isinstance(s, torch.Tensor) else s for s in (ks, vs)]
         call = {"k": x[rows], "v": x[rows], "k_cache": caches[0], "v_cache": caches[1],
-                "cache_loc": torch.arange(x.shape[0], device=device)[rows], "k_scale": ks, "v_scale": vs,
+                "cache_loc": torch.arange(x.shape[0], device=device)[rows], "k_scale": fresh[0], "v_scale": fresh[1],
                 "page_size": page_size, "checked": False}
         if recipe:
             call["recipe"] = recipe
