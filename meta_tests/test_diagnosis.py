@@ -2139,3 +2139,34 @@ def test_a_kernel_that_writes_its_scale_is_still_identified() -> None:
     impl = Implementation("inverts", _inverts_its_scale_in_place, convention=detect(_inverts_its_scale_in_place))
     res = identify(impl, sweep_points(["bfloat16"], full=False, convention=impl.convention), CPU)
     assert not res.errors and res.matches() == ["single"], held_recipe(res)
+
+
+def _unmasked_dim_tail(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                       use_triton=True, *, recipe="unfused", checked=False):
+    """Contiguous [T, H, D] inputs and caches only: each head written as a tile of the next power of two dims,
+    the lanes past D unmasked (they load the input's next elements and store them past the head's row), heads
+    and tokens in order, so a later head's real bytes land over an earlier head's tail."""
+    from kernel.reference import quantize
+    tokens, heads, dim = k.shape
+    width = 1 << (dim - 1).bit_length()
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        value = 1.0 if s is None else float(s)
+        flat_x = x.as_strided((tokens * heads * dim + width - dim,), (1,), x.storage_offset())
+        flat_c = cache.view(torch.uint8)
+        flat_c = flat_c.as_strided((flat_c.numel() + width - dim,), (1,), flat_c.storage_offset())
+        for t, slot in enumerate(cache_loc.tolist()):
+            if not 0 <= slot < cache.shape[0] * page_size:
+                continue
+            for h in range(heads):
+                src, dst = (t * heads + h) * dim, (slot * heads + h) * dim
+                q = quantize(flat_x[src:src + width].reshape(1, 1, -1), ScaleArg("float", value, None),
+                             get_recipe(recipe), "fp8_e4m3")
+                flat_c[dst:dst + width] = q.reshape(-1)
+
+
+def test_a_tile_of_unmasked_dims_is_named_so() -> None:
+    """Held-out batch 24's Triton write took its mask-free path where D is a multiple of 16 but not the tile's
+    width: the lanes past D store the input's next elements past each head's row (read as bytes in the wrong
+    places, nothing explained)."""
+    found = Diagnoser(_impl(_unmasked_dim_tail), CPU).diagnose(_case(head_dim=12))
+    assert [f.key for f in found] == ["overrun:dim-tail@dim-not-pow2"], [f.key for f in found]

@@ -57,7 +57,7 @@ CELLS = {
     "rounds-ties-away": "wrong bytes", "saturates-low": "wrong bytes", "input-rounded": "wrong bytes",
     "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes", "carry-lost": "wrong bytes",
     "input-misread": "wrong bytes", "rounds-ties-toward-zero": "wrong bytes", "sign": "wrong bytes",
-    "input-clamped": "wrong bytes", "rounds-sticky-lost": "wrong bytes",
+    "input-clamped": "wrong bytes", "rounds-sticky-lost": "wrong bytes", "overrun": "writes outside",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -73,7 +73,7 @@ CLASS_TITLES = {
     "input-rounded": "double rounding of the input", "format": "cache format",
     "state": "state kept between calls", "kv-mixed": "K and V mixed up", "carry-lost": "rounding carry lost",
     "input-misread": "input dtype misread", "input-clamped": "input clamped before the scale",
-    "rounds-sticky-lost": "rounding without sticky bits",
+    "rounds-sticky-lost": "rounding without sticky bits", "overrun": "writes past a head's row",
 }
 NAN_BYTES = (0x7F, 0xFF)
 EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes

@@ -665,7 +665,8 @@ def value_dimension(dimension: str) -> bool:
 
 #: The capability cell of an effect class.
 EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding": "writes outside",
-                "out-of-range": "writes outside", "wrong-slot": "writes outside", "strides": "wrong bytes",
+                "out-of-range": "writes outside", "wrong-slot": "writes outside", "overrun": "writes outside",
+                "strides": "wrong bytes",
                 "big-cache": "wrong bytes"}
 #: Effect classes read from each token's own input (their identity leaves the value dimensions out).
 VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away",

@@ -107,6 +107,9 @@ TITLES = {
                                  "the tensor's own (its other strides honoured)",
     "strides:cache-inner-stride": "addresses a cache's heads, dims or slots within a page with a stride computed "
                                   "from its shape, not the tensor's own (its other strides honoured)",
+    "overrun:dim-tail": "writes each head as a tile of the next power of two dims, the lanes past D not masked: "
+                        "bytes past each head's row (the next head's first bytes, a padded cache's gap, the next "
+                        "slot or past the cache)",
     "strides:offset-ignored": "addresses a tensor from its storage's start, not the view's (its storage offset "
                               "dropped)",
     "kv-mixed:caches-swapped": "writes K into value_cache and V into key_cache (the caches swapped)",
@@ -328,6 +331,51 @@ def _cache_inner_stride(names: tuple[str, ...], axis: int) -> Callable[[Built], 
         own[axis] = _contiguous_strides(t.shape)[axis]
         return tuple(own)
     return _caches_misread(names, strides)
+
+
+def _tile_tails(b: Built, width: int, zeros: bool, t: int, slot: int) -> None:
+    """Token t's dims D..width-1 of each head, stored past the head's row at the cache's own strides (into the
+    next head's first bytes, a padded cache's gap, the next slot or past the view): the input's elements at
+    those positions of its own strides (its next head's, or the next token's), or zeros. Raises where either
+    lies outside its buffer (the reference cannot model it)."""
+    case, d = b.case, b.case.head_dim
+    for x_name, cache_name, scale in (("k", "k_cache", case.k_scale), ("v", "v_cache", case.v_scale)):
+        x, cache = getattr(b, x_name), getattr(b, cache_name)
+        xs = x.stride() if x.dim() == 3 else (x.stride(0), d * x.stride(1), x.stride(1))
+        cs = cache.stride() if cache.dim() == 4 else (cache.stride(0), 0, *cache.stride()[1:])
+        ps = cache.shape[1] if cache.dim() == 4 else 1
+        dims = range(d, width)
+        src = [x.storage_offset() + t * xs[0] + h * xs[1] + j * xs[2] for h in range(case.num_heads) for j in dims]
+        dst = [cache.storage_offset() + (slot // ps) * cs[0] + (slot % ps) * cs[1] + h * cs[2] + j * cs[3]
+               for h in range(case.num_heads) for j in dims]
+        typed, raw = b.buffers[x_name].view(x.dtype), b.buffers[cache_name]
+        if max(src) >= typed.numel() or max(dst) >= raw.numel():
+            raise IndexError("the tail leaves its buffer")
+        values = torch.zeros(len(src), dtype=x.dtype) if zeros else typed.cpu()[torch.tensor(src)]
+        q = _quantized(values.reshape(1, 1, -1).to(x.device), _scale_value(scale), case.recipe, case.cache_format)
+        raw[torch.tensor(dst, device=raw.device)] = q.reshape(-1).to(raw.device)
+
+
+def _dim_tail(zeros: bool) -> Callable[[Built], dict | None]:
+    """Each head written as a tile of the next power of two dims, the lanes past D not masked (a mask-free
+    fast path chosen where D is not the tile's width; a mask `|` for `&`): token by token, in token order,
+    each token's tails, then its own row over them (a later head's real bytes win over an earlier head's
+    tail, as the lanes of one tile store land in order)."""
+    def call(b: Built) -> dict | None:
+        d = b.case.head_dim
+        width = 1 << max(d - 1, 0).bit_length()
+        if width == d or b.case.num_tokens == 0:
+            return None
+
+        def writer(c: dict) -> None:
+            n = b.case.num_slots
+            for t, slot in enumerate(c["cache_loc"].tolist()):
+                if 0 <= slot < n:
+                    _tile_tails(b, width, zeros, t, slot)
+                    naive_fp8_set_kv_buffer(**{**c, "k": c["k"][t:t + 1], "v": c["v"][t:t + 1],
+                                               "cache_loc": c["cache_loc"][t:t + 1]})
+        return {**b.call(), "_writer": writer}
+    return call
 
 
 def _offset_ignored(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
@@ -565,6 +613,8 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
                                                                                                      loc))),
     *(("out-of-range:wrong-bound", f"slots at or past {name} skipped", _bound(name, slots)) for name, slots in BOUNDS),
+    ("overrun:dim-tail", "the input's next elements stored past each head's D", _dim_tail(zeros=False)),
+    ("overrun:dim-tail", "zeros stored past each head's D", _dim_tail(zeros=True)),
 )
 
 

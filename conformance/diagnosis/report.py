@@ -449,7 +449,7 @@ def _unsized(pairs: list[tuple[str, Finding]], extra: frozenset[str]) -> bool:
 SYMPTOM_ONLY = ("raises", "crash", "input-modified")
 #: Classes of defect that write out of place: the only kind that can make a process crash or change
 #: memory it was not given.
-PLACEMENT = ("strides", "padding", "out-of-range", "big-cache")
+PLACEMENT = ("strides", "padding", "out-of-range", "big-cache", "overrun")
 #: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
 READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input")
 #: The properties that an input or cache_loc is left unchanged: what fails them was written.
