@@ -2170,3 +2170,23 @@ def test_a_tile_of_unmasked_dims_is_named_so() -> None:
     places, nothing explained)."""
     found = Diagnoser(_impl(_unmasked_dim_tail), CPU).diagnose(_case(head_dim=12))
     assert [f.key for f in found] == ["overrun:dim-tail@dim-not-pow2"], [f.key for f in found]
+
+
+def _scale_stride_one(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                      *, recipe="unfused", checked=False):
+    """Each tensor scale read once per head with a stride of 1 (an [H] scale's indexing applied to a [1] one):
+    head h uses the h-th float32 word from the scale's start."""
+    heads = k.shape[1]
+    per_head = [s.as_strided((heads,), (1,), s.storage_offset()).tolist() if isinstance(s, torch.Tensor)
+                else [s] * heads for s in (k_scale, v_scale)]
+    for h in range(heads):
+        _reference(k[:, h:h + 1], v[:, h:h + 1], k_cache[..., h:h + 1, :], v_cache[..., h:h + 1, :], cache_loc,
+                   per_head[0][h], per_head[1][h], page_size, recipe=recipe, checked=checked)
+
+
+def test_a_scale_read_past_its_one_element_is_named_so() -> None:
+    """Held-out batch 24's Triton write read a [1] scale with a stride of 1 across heads: past the tensor it read
+    whatever memory followed (seven keys, unrepeatable). The suite's scale buffers now hold fixed words after the
+    element (strategies.build.SCALE_GUARD), so the reads repeat and one model names them."""
+    found = Diagnoser(_impl(_scale_stride_one), CPU).diagnose(_case(k_scale=Scale("tensor1", 0.3)))
+    assert [f.key for f in found] == ["scale:read-past-tensor@heads-above:1"], [f.key for f in found]

@@ -82,7 +82,7 @@ class Built:
             buf = buffers[name] if t.dtype == buffers[name].dtype else buffers[name].view(t.dtype)
             return buf.as_strided(t.shape, t.stride(), t.storage_offset())
 
-        scales = [buffers.get(n, s) if isinstance(s, torch.Tensor) else s
+        scales = [same_view(s, n) if isinstance(s, torch.Tensor) and n in buffers else s
                   for n, s in (("k_scale", self.k_scale), ("v_scale", self.v_scale))]
         return Built(self.case, same_view(self.k, "k"), same_view(self.v, "v"),
                      same_view(self.k_cache, "k_cache"), same_view(self.v_cache, "v_cache"),
@@ -218,13 +218,19 @@ def _cache_view(case: Case, name: str, layout: Layout, pattern: torch.Tensor) ->
     return view, buf
 
 
-def _scale(scale: Scale, device: torch.device) -> float | torch.Tensor | None:
+#: Words after a tensor scale's one element (2.5, 3.5, ...): a kernel that reads a scale past its one element (a
+#: [1] scale given a stride of 1 across heads) reads these, the same every time, not whatever memory follows.
+SCALE_GUARD = tuple(2.5 + i for i in range(64))
+
+
+def _scale(scale: Scale, device: torch.device) -> tuple[float | torch.Tensor | None, torch.Tensor | None]:
+    """The scale argument, and for a tensor scale the buffer behind it (its element, then SCALE_GUARD)."""
     if scale.kind == "none":
-        return None
+        return None, None
     if scale.kind == "float":
-        return scale.value
-    shape = () if scale.kind == "tensor0d" else (1,)
-    return torch.full(shape, scale.value, dtype=torch.float32, device=device)
+        return scale.value, None
+    buf = torch.tensor((scale.value, *SCALE_GUARD), dtype=torch.float32).to(device, non_blocking=True)
+    return (buf[0] if scale.kind == "tensor0d" else buf[:1]), buf
 
 
 def build(case: Case, device: torch.device | str = "cpu") -> Built:
@@ -244,10 +250,10 @@ def build(case: Case, device: torch.device | str = "cpu") -> Built:
     values[:case.num_tokens * case.loc_step:case.loc_step] = case.cache_loc
     loc_buf = torch.tensor(values, dtype=torch.int64).to(device, DTYPES[case.loc_dtype], non_blocking=True)
     cache_loc = loc_buf[:case.num_tokens * case.loc_step:case.loc_step]
-    k_scale, v_scale = _scale(case.k_scale, device), _scale(case.v_scale, device)
+    (k_scale, ks_buf), (v_scale, vs_buf) = _scale(case.k_scale, device), _scale(case.v_scale, device)
     buffers = {"k": k_buf, "v": v_buf, "k_cache": kc_buf, "v_cache": vc_buf, "cache_loc": loc_buf}
-    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if isinstance(s, torch.Tensor):
-            buffers[name] = s
+    for name, buf in (("k_scale", ks_buf), ("v_scale", vs_buf)):
+        if buf is not None:
+            buffers[name] = buf
     return Built(case, k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, k_logical, v_logical,
                  buffers)

@@ -38,7 +38,7 @@ from kernel.reference import (
     round_to_input_dtype,
     scaled,
 )
-from strategies.build import Built
+from strategies.build import SCALE_GUARD, Built
 from strategies.case import FP8_CACHE_DTYPES, Case
 
 
@@ -110,6 +110,8 @@ TITLES = {
     "overrun:dim-tail": "writes each head as a tile of the next power of two dims, the lanes past D not masked: "
                         "bytes past each head's row (the next head's first bytes, a padded cache's gap, the next "
                         "slot or past the cache)",
+    "scale:read-past-tensor": "reads a one-element scale tensor once per head (a stride of 1 where the scale "
+                              "broadcasts): head h divided by the h-th word from its start, past its one element",
     "strides:offset-ignored": "addresses a tensor from its storage's start, not the view's (its storage offset "
                               "dropped)",
     "kv-mixed:caches-swapped": "writes K into value_cache and V into key_cache (the caches swapped)",
@@ -967,6 +969,14 @@ class _Written:
         return bool(ok.all())
 
 
+def _read_past_scale(rows: _Rows, held: str) -> torch.Tensor:
+    """Head h divided by the h-th float32 word from a one-element scale tensor's start: its own value, then the
+    words the suite puts after it (strategies.build.SCALE_GUARD), as a kernel that reads an [H] scale with a
+    stride of 1 where the scale has one element does."""
+    values = (_scale_value(rows.scale), *SCALE_GUARD)[:rows.x.shape[1]]
+    return torch.cat([rows.q(held, value)[:, h:h + 1] for h, value in enumerate(values)], dim=1)
+
+
 def _applied_twice(rows: _Rows, held: str) -> list[torch.Tensor]:
     """The recipe on inputs already scaled once: x / s (or x * (1/s)) in fp32, or rounded back to the input
     dtype, then quantized with s again (a caller's pre-scaled tensor passed to a write that scales)."""
@@ -995,6 +1005,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
             yield key, lambda value=value: [rows.q(r, value) for r in RECIPES]
         else:
             yield key, lambda value=value: rows.q(held, value)
+    if rows.scale.kind in ("tensor0d", "tensor1") and rows.x.shape[1] > 1:  # a per-head read of a broadcast scale
+        yield "scale:read-past-tensor", lambda: _read_past_scale(rows, held)
     yield "scale:dynamic", lambda: _dynamic(rows, held)
     yield "scale:applied-twice", lambda: _applied_twice(rows, held)
     own = _scale_value(rows.scale)
