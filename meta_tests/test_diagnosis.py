@@ -1622,6 +1622,20 @@ def _or_into_old(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, 
         b.copy_(b | before)  # outside the written slots b is before: a no-op there
 
 
+def _added_into_old(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """The new bytes added (mod 256) to the slot's old ones (a scatter with accumulate=True)."""
+    paged = [c.view(torch.uint8) if c.dim() == 4 else c.view(torch.uint8).unsqueeze(1) for c in (k_cache, v_cache)]
+    old = [p.clone() for p in paged]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    ps = page_size if k_cache.dim() == 4 else 1
+    for rows, before in zip(paged, old):
+        for slot in set(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0] * ps:
+                at = (slot // ps, slot % ps)
+                rows[at] = ((rows[at].to(torch.int64) + before[at].to(torch.int64)) & 0xFF).to(torch.uint8)
+
+
 def _fnuz_nan_as_e4m3(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                       use_triton=True, *, recipe="unfused", checked=False, cache_dtype=None):
     """Every NaN fixed up as e4m3fn's byte 0x7F, in every format (+240 in an e4m3fnuz cache, whose NaN is 0x80:
@@ -1649,7 +1663,8 @@ def _fnuz_nan_as_e4m3(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=N
     (_e5m2_unsaturated, {"cache_dtype": "float8_e5m2", "cache_format": "fp8_e5m2", "recipe": "divide",
                          "overrides": (Override("k", 1, _bf16(30000.0), "past"),)}, "encoding:overflow-inf@cache-e5m2"),
     (_or_into_old, {}, "storage:or-old@any"),
-], ids=["fnuz-nan-as-e4m3", "scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old"])
+    (_added_into_old, {}, "storage:added-to-old@any"),
+], ids=["fnuz-nan-as-e4m3", "scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old", "added-to-old"])
 def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, key) -> None:
     """Classes the eighth session's blind batches showed (docs/results/heldout-cpu-2026-12-05-b.md)."""
     case = _case(**changes)

@@ -483,6 +483,8 @@ class Diagnoser:
         if not effect.value or self.fill is not None:
             return effect
         sign_rule = effect.key.startswith(("encoding:", "zero-sign:"))
+        # a rule on the slot's old bytes shows as values, or as bytes left as they were (a new 0x00 ORed or added)
+        old_bytes_rule = effect.key.startswith("storage:")
         keys = [effect.key, *effect.alternatives]
         redrawn = _redrawn(case, REDRAWN_SEEDS)
         # and with ordinary scales too: at an extreme one (3.4e38) every byte may be ±0 under several rules
@@ -493,12 +495,13 @@ class Diagnoser:
                 # The call is right: a model that predicts other bytes there is refuted (a scale ignored where
                 # the telling scales are right: a floor under the scale fit a tiny one's zeros).
                 keys = value_keys_fitting(variant, r.expected, r.actual, r.before, keys)
-            elif r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)):
+            elif r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)
+                                                or (old_bytes_rule and r.symptoms & {"values", "placement"})):
                 moved = self._placement_behind_sign(case, variant, r, replay) if sign_rule else None
                 if moved is not None:
                     return moved
                 continue  # the re-drawn values do not show it: no evidence either way
-            elif not sign_rule and r.symptoms - replay.symptoms:
+            elif not sign_rule and not old_bytes_rule and r.symptoms - replay.symptoms:
                 continue  # another defect shows too (added tokens past a wrong bound): no evidence either way
             else:
                 again: set[str] = set()

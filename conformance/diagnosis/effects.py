@@ -89,6 +89,8 @@ TITLES = {
     "encoding:overflow-inf": "writes ±inf past the format's range where the recipe saturates (a cast without "
                              "saturation)",
     "storage:or-old": "ORs its bytes into the slot's old bytes (a store that takes the cache to be zeroed)",
+    "storage:added-to-old": "adds its bytes to the slot's old bytes, mod 256 (a scatter that accumulates, "
+                            "`index_put_(..., accumulate=True)`, where it should store)",
     "input-clamped": "clamps its inputs to the format's range before the scale (past ±max it writes ±max/s where "
                      "the recipe gives x/s)",
     "scale:applied-twice": "scales its inputs twice (x / s / s: a pre-scaled tensor scaled again)",
@@ -785,6 +787,16 @@ def _or_old(rows: _Rows, held: str) -> torch.Tensor:
     return q
 
 
+def _added_to_old(rows: _Rows, held: str) -> torch.Tensor:
+    """The held recipe's bytes added (mod 256) to the old bytes of each token's slot: a scatter that
+    accumulates (`index_put_(..., accumulate=True)`) where it should store."""
+    q = rows.q(held).to(torch.int64)
+    for s, ts in rows.writers.items():
+        for t in ts:
+            q[t] = (q[t] + rows.row(rows.before, s).to(torch.int64)) & 0xFF
+    return q.to(torch.uint8)
+
+
 def _dynamic(rows: _Rows, held: str) -> list[torch.Tensor]:
     """The held recipe's bytes under a per-tensor scale made from the data, fp32 amax(|x|) / the format's largest
     value (a dynamic quantizer's `scale=None` carried into a static write), the amax over every token or over
@@ -1019,6 +1031,7 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
     yield "storage:or-old", lambda: _or_old(rows, held)
+    yield "storage:added-to-old", lambda: _added_to_old(rows, held)
     clamped = _input_clamped(rows, held)
     if clamped is not None:
         yield "input-clamped", lambda: clamped
