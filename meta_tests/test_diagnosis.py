@@ -1664,7 +1664,8 @@ def _fnuz_nan_as_e4m3(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=N
                          "overrides": (Override("k", 1, _bf16(30000.0), "past"),)}, "encoding:overflow-inf@cache-e5m2"),
     (_or_into_old, {}, "storage:or-old@any"),
     (_added_into_old, {}, "storage:added-to-old@any"),
-], ids=["fnuz-nan-as-e4m3", "scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old", "added-to-old"])
+], ids=["fnuz-nan-as-e4m3", "scale-power-of-two", "subnormal-scale-power-of-two", "e5m2-overflow-inf", "or-old",
+        "added-to-old"])
 def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, key) -> None:
     """Classes the eighth session's blind batches showed (docs/results/heldout-cpu-2026-12-05-b.md)."""
     case = _case(**changes)
