@@ -2206,3 +2206,23 @@ def test_a_scale_read_past_its_one_element_is_named_so() -> None:
     element (strategies.build.SCALE_GUARD), so the reads repeat and one model names them."""
     found = Diagnoser(_impl(_scale_stride_one), CPU).diagnose(_case(k_scale=Scale("tensor1", 0.3)))
     assert [f.key for f in found] == ["scale:read-past-tensor@heads-above:1"], [f.key for f in found]
+
+
+def test_a_scale_ignored_where_the_other_is_one_is_the_swapped_scale() -> None:
+    """K's odd heads divided by V's scale (`repeat` for `repeat_interleave`) read as an ignored scale in a Case
+    whose v_scale was 1.0 and as a swapped one in another: one defect, the swapped scale's. An ignored scale in
+    a Case of two scales other than 1.0 stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_ignored_into_swapped
+
+    def finding(key: str, k: float, v: float) -> Finding:
+        minimal = _case(k_scale=Scale("tensor1", k), v_scale=Scale("tensor1", v)).to_dict()
+        return Finding("scale", key, key, facts={"minimal": minimal})
+    groups = {"scale:ignored@any": [("a", finding("scale:ignored@any", 0.3, 1.0))],
+              "scale:swapped@scales-differ": [("b", finding("scale:swapped@scales-differ", 0.3, 0.7))]}
+    _merge_ignored_into_swapped(groups)
+    assert list(groups) == ["scale:swapped@scales-differ"] and len(groups["scale:swapped@scales-differ"]) == 2
+    apart = {"scale:ignored@any": [("a", finding("scale:ignored@any", 0.3, 0.7))],
+             "scale:swapped@scales-differ": [("b", finding("scale:swapped@scales-differ", 0.3, 0.7))]}
+    _merge_ignored_into_swapped(apart)
+    assert sorted(apart) == ["scale:ignored@any", "scale:swapped@scales-differ"]

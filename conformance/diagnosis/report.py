@@ -294,6 +294,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_wrong_bound(groups)
     _merge_same_exception(groups)
     _merge_explained(groups)
+    _merge_ignored_into_swapped(groups)
     _merge_wider(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _merge_misread_raise(groups)
@@ -501,6 +502,22 @@ def _merge_explained(groups: Groups) -> None:
             groups.setdefault(target, [])
             _move(groups, host, lambda _n, _f, target=target: (target, None))
         _move(groups, key, lambda _n, _f, target=target: (target, f" (also explained as {target})"))
+
+
+def _merge_ignored_into_swapped(groups: Groups) -> None:
+    """A scale read as ignored in a minimal Case whose other scale is 1.0 was as much the other cache's scale
+    (held-out batch 25's `repeat` for `repeat_interleave`: K's odd heads took V's scale, 1.0 there): beside
+    the run's one `scale:swapped` defect it is that defect."""
+    hosts = [k for k in groups if same_effect(k) == "scale:swapped"]
+    if len(hosts) != 1:
+        return
+
+    def ambiguous(_nodeid: str, f: Finding) -> tuple[str, str] | None:
+        case = _case_of(f)
+        values = {1.0 if s.kind == "none" else s.value for s in (case.k_scale, case.v_scale)} if case else set()
+        return (hosts[0], " (its Case's other scale was 1.0)") if 1.0 in values and len(values) == 2 else None
+    for key in [k for k in groups if same_effect(k) == "scale:ignored"]:
+        _move(groups, key, ambiguous)
 
 
 #: An effect class inside a wider one: within two fp32 ulps before the e4m3 cast is within one e4m3 ulp after.
