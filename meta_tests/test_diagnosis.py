@@ -2185,7 +2185,7 @@ def test_a_tile_of_unmasked_dims_is_named_so() -> None:
     width: the lanes past D store the input's next elements past each head's row (read as bytes in the wrong
     places, nothing explained)."""
     found = Diagnoser(_impl(_unmasked_dim_tail), CPU).diagnose(_case(head_dim=12))
-    assert [f.key for f in found] == ["overrun:dim-tail@dim-not-pow2"], [f.key for f in found]
+    assert [f.key for f in found] == ["overrun:tile@dim-not-pow2"], [f.key for f in found]
 
 
 def _scale_stride_one(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
@@ -2226,3 +2226,25 @@ def test_a_scale_ignored_where_the_other_is_one_is_the_swapped_scale() -> None:
              "scale:swapped@scales-differ": [("b", finding("scale:swapped@scales-differ", 0.3, 0.7))]}
     _merge_ignored_into_swapped(apart)
     assert sorted(apart) == ["scale:ignored@any", "scale:swapped@scales-differ"]
+
+
+def test_a_probe_row_reports_at_most_a_few_sets_of_defects_apart() -> None:
+    """Held-out batch 25's accumulating scatter gave 40 to 48 sets of keys a capability row, each shrunk and
+    diagnosed (about 150 s a row): past ROW_FAILURE_TYPES a row's new sets share its last type, stably."""
+    from conformance.diagnosis.capabilities import ROW_FAILURE_TYPES, _failure_type
+    sets = [(f"wrong-bytes:k{i}",) for i in range(ROW_FAILURE_TYPES + 3)]
+    types = [_failure_type(keys, "meta:row") for keys in sets]
+    assert len(set(types)) == ROW_FAILURE_TYPES
+    assert [_failure_type(keys, "meta:row") for keys in sets] == types  # a replayed example: the same type
+    assert _failure_type(sets[-1], "meta:other-row") is not types[-1]  # another row's sets are its own
+
+
+def test_a_tiles_lanes_under_two_triggers_are_one_defect() -> None:
+    """A mask `|` for `&` leaves the lanes past D unmasked where H is a power of two and those past H where D is:
+    one mask, one defect, under the key of the fewest trigger dimensions."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_overrun
+    keys = ["overrun:tile@dim-not-pow2", "overrun:tile@heads-not-pow2+page-size", "scale:swapped@scales-differ"]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+    _merge_overrun(groups)
+    assert sorted(groups) == ["overrun:tile@dim-not-pow2", "scale:swapped@scales-differ"]

@@ -109,9 +109,9 @@ TITLES = {
                                  "the tensor's own (its other strides honoured)",
     "strides:cache-inner-stride": "addresses a cache's heads, dims or slots within a page with a stride computed "
                                   "from its shape, not the tensor's own (its other strides honoured)",
-    "overrun:dim-tail": "writes each head as a tile of the next power of two dims, the lanes past D not masked: "
-                        "bytes past each head's row (the next head's first bytes, a padded cache's gap, the next "
-                        "slot or past the cache)",
+    "overrun:tile": "writes each token as a tile of the next power of two heads and dims, lanes past H or D not "
+                    "masked: bytes past a head's row or past the last head (the next head's first bytes, a padded "
+                    "cache's gap, the next slot or past the cache)",
     "scale:read-past-tensor": "reads a one-element scale tensor once per head (a stride of 1 where the scale "
                               "broadcasts): head h divided by the h-th word from its start, past its one element",
     "strides:offset-ignored": "addresses a tensor from its storage's start, not the view's (its storage offset "
@@ -337,45 +337,57 @@ def _cache_inner_stride(names: tuple[str, ...], axis: int) -> Callable[[Built], 
     return _caches_misread(names, strides)
 
 
-def _tile_tails(b: Built, width: int, zeros: bool, t: int, slot: int) -> None:
-    """Token t's dims D..width-1 of each head, stored past the head's row at the cache's own strides (into the
-    next head's first bytes, a padded cache's gap, the next slot or past the view): the input's elements at
-    those positions of its own strides (its next head's, or the next token's), or zeros. Raises where either
-    lies outside its buffer (the reference cannot model it)."""
-    case, d = b.case, b.case.head_dim
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+#: A tile of the next power of two heads and dims, and which of its lanes past (H, D) a kernel left unmasked:
+#: the dims (a mask on the heads only), the heads (a mask on the dims only), or both but the corner (`|` for `&`).
+TILE_LANES = {"dims": lambda h, d, H, D: h < H, "heads": lambda h, d, H, D: d < D,
+              "heads or dims": lambda h, d, H, D: h < H or d < D}
+
+
+def _tile_overrun(b: Built, lanes: str, zeros: bool, t: int, slot: int) -> None:
+    """Token t's unmasked lanes past (H, D), stored at the cache's own strides past each head's row or past
+    the last head (into the next head's first bytes, a padded cache's gap, the next slot or past the view): the
+    input's elements at those positions of its own strides (its next head's, or the next token's), or zeros.
+    Raises where either lies outside its buffer (the reference cannot model it)."""
+    case = b.case
+    heads, dim = case.num_heads, case.head_dim
+    extra = [(h, d) for h in range(_pow2(heads)) for d in range(_pow2(dim))
+             if (h >= heads or d >= dim) and TILE_LANES[lanes](h, d, heads, dim)]
     for x_name, cache_name, scale in (("k", "k_cache", case.k_scale), ("v", "v_cache", case.v_scale)):
         x, cache = getattr(b, x_name), getattr(b, cache_name)
-        xs = x.stride() if x.dim() == 3 else (x.stride(0), d * x.stride(1), x.stride(1))
+        xs = x.stride() if x.dim() == 3 else (x.stride(0), dim * x.stride(1), x.stride(1))
         cs = cache.stride() if cache.dim() == 4 else (cache.stride(0), 0, *cache.stride()[1:])
         ps = cache.shape[1] if cache.dim() == 4 else 1
-        dims = range(d, width)
-        src = [x.storage_offset() + t * xs[0] + h * xs[1] + j * xs[2] for h in range(case.num_heads) for j in dims]
-        dst = [cache.storage_offset() + (slot // ps) * cs[0] + (slot % ps) * cs[1] + h * cs[2] + j * cs[3]
-               for h in range(case.num_heads) for j in dims]
+        src = [x.storage_offset() + t * xs[0] + h * xs[1] + d * xs[2] for h, d in extra]
+        dst = [cache.storage_offset() + (slot // ps) * cs[0] + (slot % ps) * cs[1] + h * cs[2] + d * cs[3]
+               for h, d in extra]
         typed, raw = b.buffers[x_name].view(x.dtype), b.buffers[cache_name]
         if max(src) >= typed.numel() or max(dst) >= raw.numel():
-            raise IndexError("the tail leaves its buffer")
+            raise IndexError("a lane leaves its buffer")
         values = torch.zeros(len(src), dtype=x.dtype) if zeros else typed.cpu()[torch.tensor(src)]
         q = _quantized(values.reshape(1, 1, -1).to(x.device), _scale_value(scale), case.recipe, case.cache_format)
         raw[torch.tensor(dst, device=raw.device)] = q.reshape(-1).to(raw.device)
 
 
-def _dim_tail(zeros: bool) -> Callable[[Built], dict | None]:
-    """Each head written as a tile of the next power of two dims, the lanes past D not masked (a mask-free
-    fast path chosen where D is not the tile's width; a mask `|` for `&`): token by token, in token order,
-    each token's tails, then its own row over them (a later head's real bytes win over an earlier head's
-    tail, as the lanes of one tile store land in order)."""
+def _tile(lanes: str, zeros: bool) -> Callable[[Built], dict | None]:
+    """Each token written as a tile of the next power of two heads and dims with some lanes past (H, D) not
+    masked (a mask-free fast path chosen where D is not the tile's width; a mask `|` for `&`): token by token,
+    in token order, each token's stray lanes, then its own row over them (a later head's real bytes win over
+    an earlier head's stray ones, as the lanes of one tile store land in order)."""
     def call(b: Built) -> dict | None:
-        d = b.case.head_dim
-        width = 1 << max(d - 1, 0).bit_length()
-        if width == d or b.case.num_tokens == 0:
+        case = b.case
+        heads, dim = case.num_heads, case.head_dim
+        if case.num_tokens == 0 or not any((h >= heads or d >= dim) and TILE_LANES[lanes](h, d, heads, dim)
+                                           for h in range(_pow2(heads)) for d in range(_pow2(dim))):
             return None
 
         def writer(c: dict) -> None:
-            n = b.case.num_slots
             for t, slot in enumerate(c["cache_loc"].tolist()):
-                if 0 <= slot < n:
-                    _tile_tails(b, width, zeros, t, slot)
+                if 0 <= slot < case.num_slots:
+                    _tile_overrun(b, lanes, zeros, t, slot)
                     naive_fp8_set_kv_buffer(**{**c, "k": c["k"][t:t + 1], "v": c["v"][t:t + 1],
                                                "cache_loc": c["cache_loc"][t:t + 1]})
         return {**b.call(), "_writer": writer}
@@ -617,8 +629,8 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
                                                                                                      loc))),
     *(("out-of-range:wrong-bound", f"slots at or past {name} skipped", _bound(name, slots)) for name, slots in BOUNDS),
-    ("overrun:dim-tail", "the input's next elements stored past each head's D", _dim_tail(zeros=False)),
-    ("overrun:dim-tail", "zeros stored past each head's D", _dim_tail(zeros=True)),
+    *(("overrun:tile", f"the {lanes} past the tile's H x D unmasked: {what} stored there", _tile(lanes, zeros))
+      for lanes in TILE_LANES for zeros, what in ((False, "the input's next elements"), (True, "zeros"))),
 )
 
 

@@ -295,6 +295,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_same_exception(groups)
     _merge_explained(groups)
     _merge_ignored_into_swapped(groups)
+    _merge_overrun(groups)
     _merge_wider(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _merge_misread_raise(groups)
@@ -502,6 +503,14 @@ def _merge_explained(groups: Groups) -> None:
             groups.setdefault(target, [])
             _move(groups, host, lambda _n, _f, target=target: (target, None))
         _move(groups, key, lambda _n, _f, target=target: (target, f" (also explained as {target})"))
+
+
+def _merge_overrun(groups: Groups) -> None:
+    """A tile's unmasked lanes under several triggers (past D where H is a power of two, past H where D is: a
+    mask `|` for `&`) are one defect: one mask, under the key of the fewest trigger dimensions."""
+    keys = sorted((k for k in groups if same_effect(k) == "overrun:tile"), key=lambda k: (len(trigger_set(k)), k))
+    for key in keys[1:]:
+        _move(groups, key, lambda _n, _f, host=keys[0]: (host, " (the same tile's lanes under another trigger)"))
 
 
 def _merge_ignored_into_swapped(groups: Groups) -> None:
