@@ -2248,3 +2248,31 @@ def test_a_tiles_lanes_under_two_triggers_are_one_defect() -> None:
     groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
     _merge_overrun(groups)
     assert sorted(groups) == ["overrun:tile@dim-not-pow2", "scale:swapped@scales-differ"]
+
+
+def _e5m2_binade_floored_at_e4m3s(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                  use_triton=True, *, recipe="unfused", checked=False, cache_dtype=None):
+    """Recipe divide; in an e5m2 cache, values below 2**-6 (e4m3's smallest normal) rounded to multiples of 2**-8
+    first, as an encoder that floors the binade at e4m3's -6 does."""
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe="divide",
+                            checked=checked, cache_dtype=cache_dtype)
+    if k_cache.dtype != torch.float8_e5m2:
+        return
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        y = x.float() / (1.0 if s is None else float(s))
+        small = y.abs() < 2.0**-6
+        q = (torch.round(y * 256.0) / 256.0).to(torch.float8_e5m2).view(torch.uint8)
+        rows = cache.view(torch.uint8)
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < cache.shape[0] * page_size:
+                row = rows[slot // page_size, slot % page_size]
+                row[small[t]] = q[t][small[t]]
+
+
+def test_subnormals_on_another_formats_grid_are_named_so() -> None:
+    """Held-out batch 25's e5m2 encoder floored its binade at e4m3's -6, not -14 (read as nothing explained)."""
+    small = tuple(Override("k", i, _bf16(value), "small") for i, value in enumerate((0.005, -0.0031, 0.0009, 0.011)))
+    case = _case(cache_dtype="float8_e5m2", cache_format="fp8_e5m2", recipe="divide", overrides=small,
+                 k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 1.0))
+    found = Diagnoser(_impl(_e5m2_binade_floored_at_e4m3s, "divide"), CPU).diagnose(case)
+    assert [f.key for f in found] == ["subnormal-grid:-6@cache-e5m2"], [f.key for f in found]

@@ -35,6 +35,7 @@ from kernel.reference import (
     _finite_bytes,
     _magnitudes,
     encode_fp8,
+    round_to_grid,
     round_to_input_dtype,
     scaled,
 )
@@ -167,6 +168,10 @@ def title_of(key: str, held: str = "") -> str:
     if effect.startswith("strides:dims-reversed:"):
         return (f"writes each group of {effect.rsplit(':', 1)[1]} dims of a head in reverse order (a vector store "
                 "packing its bytes in the wrong order)")
+    if effect.startswith("subnormal-grid:"):
+        emin = effect.split(":", 1)[1]
+        return (f"rounds values below 2**{emin} onto the subnormal grid of a format whose smallest normal is "
+                f"2**{emin} (another format's), coarser than the cache's")
     if effect.startswith("scale:floored:"):
         return f"puts a floor of {effect.split(':', 2)[2]} under its scale (a smaller scale, legal, is not used)"
     if effect.startswith("rounding:"):
@@ -799,6 +804,16 @@ def _or_old(rows: _Rows, held: str) -> torch.Tensor:
     return q
 
 
+def _subnormal_grid(rows: _Rows, held: str, emin: int) -> torch.Tensor:
+    """The held recipe's bytes with values below 2**emin first rounded (to nearest, ties to even) onto the
+    cache format's grid with that smallest normal exponent (a software encoder that floors the binade at
+    another format's: e4m3's -6 in an e5m2 write), then encoded exactly."""
+    fmt = CACHE_FORMATS[rows.case.cache_format]
+    y = _pre_cast(rows, held)
+    coarse = round_to_grid(y, dataclasses.replace(fmt, min_normal_exp=emin)).to(torch.float32)
+    return encode_fp8(torch.where(y.abs() < 2.0**emin, coarse, y), get_recipe(held), fmt).cpu()
+
+
 def _added_to_old(rows: _Rows, held: str) -> torch.Tensor:
     """The held recipe's bytes added (mod 256) to the old bytes of each token's slot: a scatter that
     accumulates (`index_put_(..., accumulate=True)`) where it should store."""
@@ -1042,6 +1057,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
+    own_emin = CACHE_FORMATS[case.cache_format].min_normal_exp
+    for emin in sorted({f.min_normal_exp for f in CACHE_FORMATS.values()} - {own_emin}):
+        if emin > own_emin:  # another format's smallest normal, coarser: its subnormal grid
+            yield f"subnormal-grid:{emin}", lambda emin=emin: _subnormal_grid(rows, held, emin)
     yield "storage:or-old", lambda: _or_old(rows, held)
     yield "storage:added-to-old", lambda: _added_to_old(rows, held)
     clamped = _input_clamped(rows, held)
