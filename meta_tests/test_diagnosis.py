@@ -2276,3 +2276,16 @@ def test_subnormals_on_another_formats_grid_are_named_so() -> None:
                  k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 1.0))
     found = Diagnoser(_impl(_e5m2_binade_floored_at_e4m3s, "divide"), CPU).diagnose(case)
     assert [f.key for f in found] == ["subnormal-grid:-6@cache-e5m2"], [f.key for f in found]
+
+
+def test_an_accumulating_stores_zero_and_parked_bytes_are_its_symptoms() -> None:
+    """Adding 0x00 to a slot leaves it as it was (read as unwritten, under special values), and the bytes
+    skipped tokens park in one slot add up (bytes no model places, under out-of-range slots): beside the one
+    accumulating store, its symptoms. A slot left unwritten under a shape trigger stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_old_bytes_symptoms
+    keys = ["storage:added-to-old@any", "wrong-slot:unwritten@special-values", "wrong-slot:unexplained@out-of-range",
+            "wrong-slot:unwritten@heads-not-pow2"]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
+    _merge_old_bytes_symptoms(groups)
+    assert sorted(groups) == ["storage:added-to-old@any", "wrong-slot:unwritten@heads-not-pow2"]

@@ -296,6 +296,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_explained(groups)
     _merge_ignored_into_swapped(groups)
     _merge_overrun(groups)
+    _merge_old_bytes_symptoms(groups)
     _merge_wider(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _merge_misread_raise(groups)
@@ -511,6 +512,23 @@ def _merge_overrun(groups: Groups) -> None:
     keys = sorted((k for k in groups if same_effect(k) == "overrun:tile"), key=lambda k: (len(trigger_set(k)), k))
     for key in keys[1:]:
         _move(groups, key, lambda _n, _f, host=keys[0]: (host, " (the same tile's lanes under another trigger)"))
+
+
+def _merge_old_bytes_symptoms(groups: Groups) -> None:
+    """A store that ORs or adds its bytes into the slot's old ones leaves a slot as it was where its new bytes are
+    0x00 (zero inputs), and adds up the bytes that skipped tokens park in one slot: beside the run's one such
+    defect, slots left unwritten under a value trigger, and bytes no model places under a skipped-slot trigger,
+    are its symptoms (held-out batch 25's accumulating scatter read as three defects)."""
+    hosts = [k for k in groups if same_effect(k) in ("storage:or-old", "storage:added-to-old")]
+    if len(hosts) != 1:
+        return
+    skipped = {"out-of-range", "padding", "duplicate-slots"}
+    for key in list(groups):
+        dims = trigger_set(key)
+        unwritten = same_effect(key) == "wrong-slot:unwritten" and dims and all(value_dimension(d) for d in dims)
+        parked = key.split("@", 1)[0] == "wrong-slot:unexplained" and dims and dims <= skipped
+        if unwritten or parked:
+            _move(groups, key, lambda _n, _f: (hosts[0], " (its new bytes 0x00, or a parking slot's added up)"))
 
 
 def _merge_ignored_into_swapped(groups: Groups) -> None:
