@@ -2289,3 +2289,15 @@ def test_an_accumulating_stores_zero_and_parked_bytes_are_its_symptoms() -> None
     groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
     _merge_old_bytes_symptoms(groups)
     assert sorted(groups) == ["storage:added-to-old@any", "wrong-slot:unwritten@heads-not-pow2"]
+
+
+def test_a_value_defects_title_names_the_values_its_smallest_case_needs() -> None:
+    """Its key leaves the value dimensions out (one defect whichever Case showed it), but the reader learns
+    from the title that a NaN was lost only for a tiny scale, and which (batch twenty-three's reciprocal
+    clamped to FLT_MAX read as a bare `encoding:nan-lost@any`)."""
+    from conformance.diagnosis.diagnose import _values_needed
+    from conformance.diagnosis.effects import Effect
+    lost = Effect("encoding:nan-lost", "writes a finite byte where the recipe gives NaN", value=True)
+    said = _values_needed(lost, ["scale-value", "special-values"], _case(k_scale=Scale("tensor1", 1e-40)))
+    assert "a scale other than 1.0 (here k_scale 1e-40, v_scale 0.7)" in said and "special input values" in said
+    assert _values_needed(lost, ["cache-uint8"], _case()) == ""
