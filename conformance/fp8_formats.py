@@ -148,9 +148,16 @@ class Answer:
     kind: str  # "declines" (raises), "writes" (fmt's bytes under some recipe), "ignores" (what it writes into
     # an e4m3 cache, or those values cast to fmt: it does not read the dtype), "other" (it reads it, wrongly)
     detail: str  # declines: why; ignores, other: which bytes it writes
+    case: Case  # the plain call asked
+    report: str = ""  # ignores, other: its byte diff against the reference
 
 
 _ANSWERS: dict[tuple[str, str, str], Answer] = {}
+
+
+def _untold(impl: Implementation) -> Implementation:
+    """impl told no format (its fixed cache_dtype dropped): the float8 cache's dtype is the call's only word."""
+    return dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
 
 
 def untold_answer(impl: Implementation, fmt: Format, device: torch.device) -> Answer:
@@ -158,40 +165,43 @@ def untold_answer(impl: Implementation, fmt: Format, device: torch.device) -> An
     declined, fmt written right, the dtype ignored, or other bytes."""
     key = (impl.spec or impl.name, fmt.name, str(device))
     if key not in _ANSWERS:
-        plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
+        plain = _untold(impl)
         case = plain_format_case(plain, fmt, device)
         actual, error = run_impl(case, plain, device)
         recipes = (case.recipe,) if impl.recipe else tuple(RECIPES)  # "writes fmt" under any recipe it may use
         if error:
-            answer = Answer("declines", f"declines {fmt.dtype} caches: on a plain {fmt.says} call, {error}")
+            answer = Answer("declines", f"declines {fmt.dtype} caches: on a plain {fmt.says} call, {error}", case)
         elif any(compare_caches(run_reference(case.replace(recipe=r), device), actual) is None for r in recipes):
-            answer = Answer("writes", "")
+            answer = Answer("writes", "", case)
         else:
-            answer = _beside_e4m3(case, plain, actual, fmt, device)
+            kind, detail = _beside_e4m3(case, plain, actual, fmt, device)
+            answer = Answer(kind, detail, case, compare_caches(run_reference(case, device), actual) or "")
         _ANSWERS[key] = answer
     return _ANSWERS[key]
 
 
-def _beside_e4m3(case: Case, impl: Implementation, actual: Built, fmt: Format, device: torch.device) -> Answer:
-    """fmt's wrong bytes beside impl's own e4m3 call on the same inputs (the same buffers viewed as e4m3): the
-    same bytes, or their e4m3 values cast to fmt (a result stored through the cache's dtype: a cast, a Triton
-    store), say it ignores the dtype; others, that it reads the dtype and writes fmt wrong."""
+def _beside_e4m3(case: Case, impl: Implementation, actual: Built, fmt: Format,
+                 device: torch.device) -> tuple[str, str]:
+    """(kind, detail) of fmt's wrong bytes beside impl's own e4m3 call on the same inputs (the same buffers
+    viewed as e4m3): the same bytes, or their e4m3 values cast to fmt (a result stored through the cache's
+    dtype: a cast, a Triton store), say it ignores the dtype; others, that it reads the dtype and writes fmt
+    wrong."""
     e4m3 = case.replace(cache_format="fp8_e4m3", cache_dtype="float8_e4m3fn")
     built = build(case, device)
     views = {name: getattr(built, name).view(torch.float8_e4m3fn) for name in ("k_cache", "v_cache")}
     twin, error = run_impl(e4m3, impl, device, dataclasses.replace(built, case=e4m3, **views))
     if error:
-        return Answer("other", f"other bytes than {fmt.says}'s")
+        return "other", f"other bytes than {fmt.says}'s"
     if compare_caches(twin, actual) is None:
-        return Answer("ignores", "the bytes it writes into e4m3 caches")
+        return "ignores", "the bytes it writes into e4m3 caches"
     for name in ("k_cache", "v_cache"):  # the written slots only: an unwritten fill byte is no e4m3 value
         mask = written_mask(e4m3, name)
         ours, theirs = twin.buffers[name].cpu()[mask], actual.buffers[name].cpu()[mask]
         cast = ours.view(torch.float8_e4m3fn).float().to(fmt.torch_dtype).view(torch.uint8)
         if not torch.equal(cast, theirs):
-            return Answer("other", f"other bytes than {fmt.says}'s (and than its e4m3 call's)")
-    return Answer("ignores", f"its e4m3 values cast to {fmt.says} (each rounded to e4m3 first, then stored "
-                             "through the cache's dtype)")
+            return "other", f"other bytes than {fmt.says}'s (and than its e4m3 call's)"
+    return "ignores", (f"its e4m3 values cast to {fmt.says} (each rounded to e4m3 first, then stored through the "
+                       "cache's dtype)")
 
 
 def reads_format(impl: Implementation, device: torch.device) -> bool:
@@ -395,16 +405,12 @@ def check_float8_cache_alone(impl: Implementation, device: torch.device, fmt: Fo
     if answer.kind != "writes" and not told_elsewhere and reads_format(impl, device):
         pytest.skip(f"{impl.name} reads a float8 cache's dtype: its {fmt.dtype} caches are held to {fmt.says}'s "
                     "bytes by the properties")
-    if answer.kind != "writes":
-        plain = dataclasses.replace(impl, kwargs={k: v for k, v in impl.kwargs.items() if k != "cache_dtype"})
-        case = plain_format_case(plain, fmt, device)
-        actual, _ = run_impl(case, plain, device)
+    if answer.kind != "writes":  # the plain call's Case and diff, as untold_answer asked it
         why = ("when told no cache_dtype= (the cache's dtype says the format: read it, or refuse the cache)"
                if told_elsewhere else "and reads no float8 cache's dtype (a cache of a format it does not write "
                                       "must be refused)")
-        report = compare_caches(run_reference(case, device), actual) or ""
-        fail(plain, f"does not validate a {fmt.dtype} cache given with no format argument: it accepts such caches "
-                    f"and writes {answer.detail}, {why}:", report, case)
+        fail(_untold(impl), f"does not validate a {fmt.dtype} cache given with no format argument: it accepts such "
+                            f"caches and writes {answer.detail}, {why}:", answer.report, answer.case)
 
 
 def check_contradiction_refused(caches: tuple[str, str], cache_dtype: object, named: str, impl: Implementation,

@@ -352,15 +352,19 @@ TILE_LANES = {"dims": lambda h, d, H, D: h < H, "heads": lambda h, d, H, D: d < 
               "heads or dims": lambda h, d, H, D: h < H or d < D}
 
 
-def _tile_overrun(b: Built, lanes: str, zeros: bool, t: int, slot: int) -> None:
-    """Token t's unmasked lanes past (H, D), stored at the cache's own strides past each head's row or past
-    the last head (into the next head's first bytes, a padded cache's gap, the next slot or past the view): the
-    input's elements at those positions of its own strides (its next head's, or the next token's), or zeros.
-    Raises where either lies outside its buffer (the reference cannot model it)."""
+def _stray_lanes(lanes: str, heads: int, dim: int) -> list[tuple[int, int]]:
+    """The (head, dim) lanes of the tile past (H, D) that TILE_LANES[lanes] leaves unmasked."""
+    return [(h, d) for h in range(_pow2(heads)) for d in range(_pow2(dim))
+            if (h >= heads or d >= dim) and TILE_LANES[lanes](h, d, heads, dim)]
+
+
+def _tile_overrun(b: Built, extra: list[tuple[int, int]], zeros: bool, t: int, slot: int) -> None:
+    """Token t's stray lanes `extra`, stored at the cache's own strides past each head's row or past the last
+    head (into the next head's first bytes, a padded cache's gap, the next slot or past the view): the input's
+    elements at those positions of its own strides (its next head's, or the next token's), or zeros. Raises
+    where either lies outside its buffer (the reference cannot model it)."""
     case = b.case
-    heads, dim = case.num_heads, case.head_dim
-    extra = [(h, d) for h in range(_pow2(heads)) for d in range(_pow2(dim))
-             if (h >= heads or d >= dim) and TILE_LANES[lanes](h, d, heads, dim)]
+    dim = case.head_dim
     for x_name, cache_name, scale in (("k", "k_cache", case.k_scale), ("v", "v_cache", case.v_scale)):
         x, cache = getattr(b, x_name), getattr(b, cache_name)
         xs = x.stride() if x.dim() == 3 else (x.stride(0), dim * x.stride(1), x.stride(1))
@@ -384,15 +388,14 @@ def _tile(lanes: str, zeros: bool) -> Callable[[Built], dict | None]:
     an earlier head's stray ones, as the lanes of one tile store land in order)."""
     def call(b: Built) -> dict | None:
         case = b.case
-        heads, dim = case.num_heads, case.head_dim
-        if case.num_tokens == 0 or not any((h >= heads or d >= dim) and TILE_LANES[lanes](h, d, heads, dim)
-                                           for h in range(_pow2(heads)) for d in range(_pow2(dim))):
+        extra = _stray_lanes(lanes, case.num_heads, case.head_dim)
+        if case.num_tokens == 0 or not extra:
             return None
 
         def writer(c: dict) -> None:
             for t, slot in enumerate(c["cache_loc"].tolist()):
                 if 0 <= slot < case.num_slots:
-                    _tile_overrun(b, lanes, zeros, t, slot)
+                    _tile_overrun(b, extra, zeros, t, slot)
                     naive_fp8_set_kv_buffer(**{**c, "k": c["k"][t:t + 1], "v": c["v"][t:t + 1],
                                                "cache_loc": c["cache_loc"][t:t + 1]})
         return {**b.call(), "_writer": writer}
