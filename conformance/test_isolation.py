@@ -68,7 +68,8 @@ def _poison_count(built: Built, name: str) -> int:
     bits_dtype = torch.int16 if built.k.element_size() == 2 else torch.int32
     poison = POISON_BITS[built.case.input_dtype]
     bits = built.buffers[name].cpu().view(bits_dtype).to(torch.int64) & ((1 << (8 * built.k.element_size())) - 1)
-    return int((bits[INPUT_GUARD:-INPUT_GUARD] == poison).sum())
+    layout = built.case.k_layout if name == "k" else built.case.v_layout
+    return int((bits[INPUT_GUARD:INPUT_GUARD + layout.span(built.case.input_shape)] == poison).sum())
 
 
 @given(data=st.data())

@@ -2301,3 +2301,48 @@ def test_a_value_defects_title_names_the_values_its_smallest_case_needs() -> Non
     said = _values_needed(lost, ["scale-value", "special-values"], _case(k_scale=Scale("tensor1", 1e-40)))
     assert "a scale other than 1.0 (here k_scale 1e-40, v_scale 0.7)" in said and "special input values" in said
     assert _values_needed(lost, ["cache-uint8"], _case()) == ""
+
+
+def _row_mask_le(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                 recipe="unfused", checked=False):
+    """A row mask `<=` T: every tensor read one token past its end (cache_loc[T] and the inputs' row T)."""
+    one_more = [t.as_strided((t.shape[0] + 1, *t.shape[1:]), t.stride(), t.storage_offset())
+                for t in (k, v, cache_loc)]
+    _reference(one_more[0], one_more[1], k_cache, v_cache, one_more[2], k_scale, v_scale, page_size, recipe=recipe)
+
+
+def _tail_rows_at_slot_0(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """A tile of 4 tokens, its loads masked with other=0 (slot and values) and its store not: the rows past T
+    write zeros to slot 0, after the batch's own."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    if k.shape[0] % 4:
+        zeros = [torch.zeros_like(x[:1]) for x in (k, v)]
+        _reference(*zeros, k_cache, v_cache, cache_loc.new_zeros(1), k_scale, v_scale, page_size, recipe=recipe)
+
+
+def test_the_build_puts_an_unwritten_slot_after_cache_loc() -> None:
+    """A kernel reading cache_loc[T] reads the same valid, unwritten slot every time (then padding), and the
+    inputs' row T lies in their buffers: the stray row lands deterministically where the comparison sees it."""
+    from strategies.build import LOC_GUARD, loc_guard_slot
+    case = _case(loc_step=2)
+    built = build(case, CPU)
+    after = built.buffers["cache_loc"][case.num_tokens * case.loc_step:]
+    assert after.tolist() == [loc_guard_slot(case)] + [-1] * (LOC_GUARD - 1)
+    assert loc_guard_slot(case) == case.num_slots - 1 not in case.cache_loc
+    assert loc_guard_slot(_case(num_pages=1, page_size=3, cache_loc=(2, 0, 1))) == -1
+    for name in ("k", "v"):
+        t = getattr(built, name)
+        row_t = t.storage_offset() + t.shape[0] * t.stride(0) + sum((n - 1) * s for n, s in
+                                                                    zip(t.shape[1:], t.stride()[1:]))
+        assert row_t < built.buffers[name].numel()
+
+
+@pytest.mark.parametrize(("fn", "key"), [(_row_mask_le, "overrun:rows@plain"),
+                                       (_tail_rows_at_slot_0, "overrun:rows@tokens-not-multiple:4")])
+def test_a_token_past_the_batch_is_an_overrun_of_rows(fn, key) -> None:
+    """Held-out batch 24's Triton pair masked its rows with `<=` T (it read past cache_loc, whose bytes then
+    depended on memory: `state:*`), and batch 25's stored a tile's rows past T as zeros at slot 0 (three
+    unexplained keys): both write a token past the batch."""
+    found = Diagnoser(_impl(fn), CPU).diagnose(_case(num_tokens=3, cache_loc=(5, 0, 9)))
+    assert [f.key for f in found] == [key], [(f.key, f.title) for f in found]

@@ -21,7 +21,11 @@ import torch
 from strategies.case import Case, Layout, Scale
 
 GUARD_BYTES = 256  # before and after every cache buffer
-INPUT_GUARD = 64  # elements of poison before and after every input buffer
+INPUT_GUARD = 64  # elements of poison before and after every input buffer (after: past a row past the last token)
+#: Entries after cache_loc's last. A kernel whose row mask lets a token past T through reads them: the first is a
+#: slot the Case leaves unwritten (the highest), so the stray row lands on bytes the comparison sees, the same every
+#: time, as it would on a stale slot in a server's persistent buffer; the rest are padding.
+LOC_GUARD = 64
 POISON_BITS = {"bfloat16": 0x7FA5, "float16": 0x7E5A, "float32": 0x7FA5A5A5}  # quiet NaNs
 PATTERN_LEN = 4093  # prime, so the pattern never lines up with a power-of-two stride
 
@@ -179,7 +183,8 @@ def _signed(bits: int, width: int) -> int:
 def _input_view(case: Case, name: str, layout: Layout, values: torch.Tensor,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     shape = case.input_shape
-    n = INPUT_GUARD + layout.span(shape) + INPUT_GUARD
+    # a token's stride of poison past the span too: a kernel that reads row T (one row past the last) reads poison
+    n = INPUT_GUARD + layout.span(shape) + layout.strides(shape)[0] + INPUT_GUARD
     bits = torch.full((n,), _signed(POISON_BITS[case.input_dtype], values.element_size() * 8),
                       dtype=BITS_DTYPES[case.input_dtype], device=device)
     buf = bits.view(values.dtype)
@@ -233,6 +238,12 @@ def _scale(scale: Scale, device: torch.device) -> tuple[float | torch.Tensor | N
     return (buf[0] if scale.kind == "tensor0d" else buf[:1]), buf
 
 
+def loc_guard_slot(case: Case) -> int:
+    """The entry after cache_loc's last: the highest slot no token names, or -1 (padding) if every slot is named."""
+    named = set(case.cache_loc)
+    return next((s for s in range(case.num_slots - 1, -1, -1) if s not in named), -1)
+
+
 def build(case: Case, device: torch.device | str = "cpu") -> Built:
     """Make the Case's tensors on `device`. The same Case always gives the same bytes."""
     device = torch.device(device)
@@ -246,8 +257,9 @@ def build(case: Case, device: torch.device | str = "cpu") -> Built:
     v_cache, vc_buf = _cache_view(case, "v_cache", case.v_cache_layout, patterns[PATTERN_LEN:])
     # Built on the host as one list and sent in one copy; non_blocking: an upload from pageable memory
     # is staged before the call returns, so the host need not wait for the device's queue.
-    values = [-7] * max(1, case.num_tokens * case.loc_step)  # -7 between strided entries
-    values[:case.num_tokens * case.loc_step:case.loc_step] = case.cache_loc
+    values = [-7] * (case.num_tokens * case.loc_step)  # -7 between strided entries
+    values[::case.loc_step] = case.cache_loc
+    values += [loc_guard_slot(case)] + [-1] * (LOC_GUARD - 1)
     loc_buf = torch.tensor(values, dtype=torch.int64).to(device, DTYPES[case.loc_dtype], non_blocking=True)
     cache_loc = loc_buf[:case.num_tokens * case.loc_step:case.loc_step]
     (k_scale, ks_buf), (v_scale, vs_buf) = _scale(case.k_scale, device), _scale(case.v_scale, device)

@@ -570,6 +570,8 @@ class Diagnoser:
             for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
                 if effect.key == "wrong-slot:tokens-moved":
                     trigger = self._order_trigger(minimal, trigger)
+                if effect.key == "overrun:rows" and "first-slot" in trigger:
+                    trigger = self._stray_trigger(minimal, trigger)
                 named = self._value_trigger(minimal, symptom, trigger) if effect.value else trigger
                 f = finding(effect, named, minimal, case.recipe)
                 findings.setdefault(f.key, f)
@@ -577,6 +579,16 @@ class Diagnoser:
         for f in kept:
             self._save(f)
         return kept
+
+    def _stray_trigger(self, case: Case, trigger: list[str]) -> list[str]:
+        """A token past the batch written at slot 0 shows as wrong values where a token names slot 0 (moving it
+        makes that symptom vanish) and as a write outside the batch's slots where none does: its trigger is read
+        where none does."""
+        moved = next(BY_NAME["first-slot"].variants(case, self.plain), None)
+        r = None if moved is None else self.replay(moved)
+        if r is None or r.error or not r.symptoms:
+            return trigger
+        return self.minimize(moved, sorted(r.symptoms)[0])[1]
 
     def _one_trigger_per_effect(self, findings: list[Finding]) -> list[Finding]:
         """One effect found under several symptoms of one Case, with other triggers, is one cause: whole tokens

@@ -113,6 +113,9 @@ TITLES = {
     "overrun:tile": "writes each token as a tile of the next power of two heads and dims, lanes past H or D not "
                     "masked: bytes past a head's row or past the last head (the next head's first bytes, a padded "
                     "cache's gap, the next slot or past the cache)",
+    "overrun:rows": "writes a token past the batch (a row mask that lets row T through: `<=` for `<`, or a tile's "
+                    "rows past T unmasked): cache_loc[T] and the inputs' row T read past their ends, or zeros at "
+                    "slot 0",
     "scale:read-past-tensor": "reads a one-element scale tensor once per head (a stride of 1 where the scale "
                               "broadcasts): head h divided by the h-th word from its start, past its one element",
     "strides:offset-ignored": "addresses a tensor from its storage's start, not the view's (its storage offset "
@@ -402,6 +405,45 @@ def _tile(lanes: str, zeros: bool) -> Callable[[Built], dict | None]:
     return call
 
 
+def _one_row_more(b: Built, name: str, zeros: bool) -> torch.Tensor:
+    """Input `name` with a token more: row T read at its own strides from its buffer (the build's poison past the
+    last token), or zeros. Raises where row T leaves the buffer (the reference cannot model it)."""
+    t = getattr(b, name)
+    if zeros:
+        return torch.cat([t, torch.zeros_like(t[:1] if t.shape[0] else t.new_zeros((1, *t.shape[1:])))])
+    typed = b.buffers[name].view(t.dtype)
+    shape = (t.shape[0] + 1, *t.shape[1:])
+    if t.storage_offset() + sum((n - 1) * s for n, s in zip(shape, t.stride())) >= typed.numel():
+        raise IndexError("row T leaves its buffer")
+    return typed.as_strided(shape, t.stride(), t.storage_offset())
+
+
+def _past_batch(slot: str, zeros: bool, last: bool) -> Callable[[Built], dict | None]:
+    """The call with a token past the batch written too (a row mask that lets row T through, `<=` for `<`, or a
+    tile's rows past T stored unmasked): at cache_loc's next entry (past its end) or at slot 0 (a slot load
+    masked with other=0), with the inputs' row T (past their ends) or zeros (loads masked with other=0). At slot
+    0 the stray write lands before or after the batch's own, in either order a GPU's stores may take."""
+    def call(b: Built) -> dict | None:
+        case = b.case
+        tokens = case.num_tokens
+        if slot == "loc":
+            loc = b.buffers["cache_loc"].as_strided((tokens + 1,), (case.loc_step,), 0)
+            if not 0 <= int(loc[tokens]) < case.num_slots:
+                return None
+        else:
+            loc = torch.cat([b.cache_loc, b.cache_loc.new_zeros(1)])
+        out = b.call()
+        stray = {**out, "cache_loc": loc[tokens:], "k": _one_row_more(b, "k", zeros)[tokens:],
+                 "v": _one_row_more(b, "v", zeros)[tokens:]}
+
+        def writer(c: dict) -> None:
+            order = (c, {**stray, "k_cache": c["k_cache"], "v_cache": c["v_cache"]})
+            for one in order if last else order[::-1]:
+                naive_fp8_set_kv_buffer(**one)
+        return {**out, "_writer": writer}
+    return call
+
+
 def _offset_ignored(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
     """Tensors addressed from their storage's start, their strides kept: a kernel that takes the storage's
     pointer (`storage().data_ptr()`, `as_strided(..., 0)`) for the view's drops its storage offset. Every
@@ -639,6 +681,11 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     *(("out-of-range:wrong-bound", f"slots at or past {name} skipped", _bound(name, slots)) for name, slots in BOUNDS),
     *(("overrun:tile", f"the {lanes} past the tile's H x D unmasked: {what} stored there", _tile(lanes, zeros))
       for lanes in TILE_LANES for zeros, what in ((False, "the input's next elements"), (True, "zeros"))),
+    ("overrun:rows", "one token past T: cache_loc[T] and the inputs' row T, read past their ends",
+     _past_batch("loc", False, True)),
+    *(("overrun:rows", f"rows past T at slot 0 ({where}), {what}", _past_batch("zero", zeros, last))
+      for zeros, what in ((True, "zeros"), (False, "the inputs' row T")) for last, where in
+      ((True, "after the batch's own writes"), (False, "before them"))),
 )
 
 
