@@ -1408,11 +1408,14 @@ def test_one_effect_under_padding_and_under_out_of_range_alone_is_one_defect() -
     from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _merge_skipped_tokens
     keys = ["wrong-slot:unexplained@padding", "wrong-slot:unexplained@out-of-range", "padding:wraps-to-end@padding",
-            "out-of-range:written@out-of-range"]
+            "out-of-range:written@out-of-range",
+            # held-out batch 26: padding and out-of-range tokens sent to slot 0 with its old bytes
+            "wrong-slot:unwritten@first-slot+out-of-range", "wrong-slot:unwritten@first-slot+padding"]
     groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
     _merge_skipped_tokens(groups)
     assert sorted(groups) == ["out-of-range:written@out-of-range", "padding:wraps-to-end@padding",
-                              "wrong-slot:unexplained@padding"], sorted(groups)
+                              "wrong-slot:unexplained@padding", "wrong-slot:unwritten@first-slot+padding"], \
+        sorted(groups)
 
 
 def _bf16_through_fp16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
@@ -2346,3 +2349,28 @@ def test_a_token_past_the_batch_is_an_overrun_of_rows(fn, key) -> None:
     unexplained keys): both write a token past the batch."""
     found = Diagnoser(_impl(fn), CPU).diagnose(_case(num_tokens=3, cache_loc=(5, 0, 9)))
     assert [f.key for f in found] == [key], [(f.key, f.title) for f in found]
+
+
+def _vllm_e5m2_nan_as_7e(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """vLLM's convention; NaN written into an e5m2 cache as 0x7E (fp16's canonical NaN 0x7E00, its high byte),
+    another NaN encoding of e5m2; e4m3 caches right."""
+    if kv_cache_dtype != "fp8_e5m2":
+        naive_fp8_set_kv_buffer(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                                key_cache.shape[1], recipe="divide")
+        return
+    for x, cache, s in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+        q = (x.float() / s.float()).clamp(-57344.0, 57344.0).to(torch.float8_e5m2).view(torch.uint8)
+        q[(q & 0x7F) > 0x7C] = 0x7E
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[2:])
+        kept = (slot_mapping >= 0) & (slot_mapping < rows.shape[0])
+        rows[slot_mapping[kept].long()] = q[kept]
+
+
+def test_a_nan_written_as_another_nan_encoding_is_named_by_its_byte() -> None:
+    """Held-out batch 26's SGLang write put 0x7E for NaN into e5m2 caches (read as wrong bytes nothing
+    explains): another NaN encoding of e5m2, named with its byte."""
+    case = _case(cache_dtype="float8_e5m2", cache_format="fp8_e5m2", v_scale=Scale("tensor1", 0.7),
+                 overrides=(Override("k", 1, 0x7FC0, "nan"), Override("v", 3, 0xFFC0, "-nan")))
+    impl = Implementation("nan-7e", _vllm_e5m2_nan_as_7e, {}, convention=VLLM, recipe="divide")
+    found = Diagnoser(impl, CPU).diagnose(case.replace(recipe="divide"))
+    assert [f.key for f in found] == ["encoding:nan-byte:0x7E@cache-e5m2"], [(f.key, f.title) for f in found]

@@ -171,6 +171,9 @@ def title_of(key: str, held: str = "") -> str:
     if effect.startswith("strides:dims-reversed:"):
         return (f"writes each group of {effect.rsplit(':', 1)[1]} dims of a head in reverse order (a vector store "
                 "packing its bytes in the wrong order)")
+    if effect.startswith("encoding:nan-byte:"):
+        return (f"writes NaN as {effect.rsplit(':', 1)[1]}, another NaN encoding of the cache's format than the "
+                "recipe's (a NaN constant taken from another type: fp16's canonical NaN's high byte is 0x7E)")
     if effect.startswith("subnormal-grid:"):
         emin = effect.split(":", 1)[1]
         return (f"rounds values below 2**{emin} onto the subnormal grid of a format whose smallest normal is "
@@ -1013,6 +1016,28 @@ def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
     return value, torch.where((mag > bound) & (mag <= last), (e & 0x80) | bound, e)
 
 
+def _nan_bytes(fmt: str) -> set[int]:
+    """The bytes a format reads as NaN (e5m2 has six: exponent all ones, a fraction; e4m3fn two; fnuz one)."""
+    dtype = getattr(torch, CACHE_FORMATS[fmt].name)
+    return set(torch.arange(256, dtype=torch.uint8)[torch.arange(256, dtype=torch.uint8).view(dtype).float().isnan()]
+               .tolist())
+
+
+def _nan_written_as(w: _Written, held: str) -> tuple[int, torch.Tensor] | None:
+    """(byte, bytes): the held recipe's bytes with each NaN byte replaced by the one byte the call wrote for every
+    NaN, when that byte is another NaN encoding of the cache's format (fp16's canonical NaN's high byte, 0x7E,
+    in an e5m2 cache). None otherwise (a sign kept, a finite byte: the encoding rules' and other models')."""
+    e = w.rows.q(held)
+    own = _nan_bytes(w.rows.case.cache_format)
+    at_nan = (e.unsqueeze(-1) == torch.tensor(sorted(own), dtype=e.dtype)).any(-1)
+    mine = at_nan[w.tokens]
+    written = set(w.actual[mine].unique().tolist())
+    if len(written) != 1 or not written <= own or written == set(e[w.tokens][mine].unique().tolist()):
+        return None
+    byte = written.pop()
+    return byte, torch.where(at_nan, torch.full_like(e, byte), e)
+
+
 def nudged_bytes(y: torch.Tensor, recipe: Recipe, ulps: int = 2, cache_format: str = "fp8_e4m3") -> list[torch.Tensor]:
     """The e4m3 bytes of fp32 values y moved 1..`ulps` fp32 ulps down and up in magnitude, sign kept
     (PTX's div.full.f32, Triton's default `/`, is within 2 ulps of the IEEE quotient, and a quotient's
@@ -1107,6 +1132,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
+    nan_as = _nan_written_as(w, held)
+    if nan_as is not None:  # the byte in the key: re-drawn calls must write the same one
+        yield f"encoding:nan-byte:0x{nan_as[0]:02X}", lambda: nan_as[1]
     own_emin = CACHE_FORMATS[case.cache_format].min_normal_exp
     for emin in sorted({f.min_normal_exp for f in CACHE_FORMATS.values()} - {own_emin}):
         if emin > own_emin:  # another format's smallest normal, coarser: its subnormal grid

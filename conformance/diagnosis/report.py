@@ -829,11 +829,13 @@ def _merge_per_head(groups: Groups) -> None:
 
 
 def _merge_skipped_tokens(groups: Groups) -> None:
-    """One effect under "padding" and under "out-of-range" alone, where no model names a padding or an
-    out-of-range rule: tokens that write nothing, handled alike (a padding token's carried bytes taken from
-    the wrong cache), so one defect, under the padding key."""
-    for key in [k for k in groups if trigger_set(k) == {"out-of-range"}]:
-        host = f"{key.split('@', 1)[0]}@padding"
+    """One effect under "padding" and under "out-of-range" (each with the same other dimensions), where no model
+    names a padding or an out-of-range rule: tokens that write nothing, handled alike (a padding token's carried
+    bytes taken from the wrong cache; both sent to slot 0 with its old bytes, which a token of slot 0 then
+    loses), so one defect, under the padding key."""
+    for key in [k for k in groups if "out-of-range" in trigger_set(k)]:
+        others = trigger_set(key) - {"out-of-range"}
+        host = f"{key.split('@', 1)[0]}@{'+'.join(sorted(others | {'padding'}))}"
         if host in groups and class_of(key) not in ("padding", "out-of-range"):
             _move(groups, key, lambda _n, _f, host=host: (host, " (with out-of-range slots too: tokens that write "
                                                                  "nothing)"))
