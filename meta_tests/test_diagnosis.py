@@ -2374,3 +2374,22 @@ def test_a_nan_written_as_another_nan_encoding_is_named_by_its_byte() -> None:
     impl = Implementation("nan-7e", _vllm_e5m2_nan_as_7e, {}, convention=VLLM, recipe="divide")
     found = Diagnoser(impl, CPU).diagnose(case.replace(recipe="divide"))
     assert [f.key for f in found] == ["encoding:nan-byte:0x7E@cache-e5m2"], [(f.key, f.title) for f in found]
+
+
+def _heads_masked_by_dim(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """A tile mask `h < head_size` for `h < num_heads` (H a power of two here, so no tile heads past H): the heads
+    from D on are never written."""
+    kept = min(k.shape[-2] if k.dim() == 3 else k_cache.shape[-2], k_cache.shape[-1])
+    heads, dim = k_cache.shape[-2], k_cache.shape[-1]
+    rows = [x.reshape(x.shape[0], heads, dim)[:, :kept] for x in (k, v)]
+    _reference(*rows, k_cache[..., :kept, :], v_cache[..., :kept, :], cache_loc, k_scale, v_scale, page_size,
+               recipe=recipe)
+
+
+def test_heads_masked_by_head_dim_are_a_tile_overrun() -> None:
+    """Held-out batch 26's Triton pair bounded its tile's heads by head_size: heads from D on were never written
+    (read as slots left unwritten, a second key beside the tile's stray heads). The tile model with that mask
+    names both faces."""
+    found = Diagnoser(_impl(_heads_masked_by_dim), CPU).diagnose(_case(num_heads=4, head_dim=2))
+    assert [f.key.split("@")[0] for f in found] == ["overrun:tile"], [(f.key, f.title) for f in found]

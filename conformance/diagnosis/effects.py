@@ -352,10 +352,13 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-#: A tile of the next power of two heads and dims, and which of its lanes past (H, D) a kernel left unmasked:
-#: the dims (a mask on the heads only), the heads (a mask on the dims only), or both but the corner (`|` for `&`).
+#: A tile of the next power of two heads and dims, and which of its lanes a kernel's mask lets through: past (H, D)
+#: the dims (a mask on the heads only), the heads (a mask on the dims only), or both but the corner (`|` for `&`);
+#: or its heads bounded by D (`h < head_size` for `h < num_heads`): heads past D are never written, and where H < D
+#: the tile's heads past H are.
 TILE_LANES = {"dims": lambda h, d, H, D: h < H, "heads": lambda h, d, H, D: d < D,
-              "heads or dims": lambda h, d, H, D: h < H or d < D}
+              "heads or dims": lambda h, d, H, D: h < H or d < D,
+              "heads bounded by D": lambda h, d, H, D: h < D and d < D}
 
 
 def _stray_lanes(lanes: str, heads: int, dim: int) -> list[tuple[int, int]]:
@@ -394,16 +397,20 @@ def _tile(lanes: str, zeros: bool) -> Callable[[Built], dict | None]:
     an earlier head's stray ones, as the lanes of one tile store land in order)."""
     def call(b: Built) -> dict | None:
         case = b.case
-        extra = _stray_lanes(lanes, case.num_heads, case.head_dim)
-        if case.num_tokens == 0 or not extra:
+        heads, dim = case.num_heads, case.head_dim
+        extra = _stray_lanes(lanes, heads, dim)
+        kept = sum(TILE_LANES[lanes](h, 0, heads, dim) for h in range(heads))  # a prefix of the heads
+        if case.num_tokens == 0 or not extra and kept == heads or kept == 0:
             return None
 
         def writer(c: dict) -> None:
             for t, slot in enumerate(c["cache_loc"].tolist()):
                 if 0 <= slot < case.num_slots:
-                    _tile_overrun(b, extra, zeros, t, slot)
-                    naive_fp8_set_kv_buffer(**{**c, "k": c["k"][t:t + 1], "v": c["v"][t:t + 1],
-                                               "cache_loc": c["cache_loc"][t:t + 1]})
+                    if extra:
+                        _tile_overrun(b, extra, zeros, t, slot)
+                    row = {n: c[n][t:t + 1].reshape(1, heads, dim)[:, :kept] for n in ("k", "v")}
+                    caches = {n: c[n][..., :kept, :] for n in CACHES}
+                    naive_fp8_set_kv_buffer(**{**c, **row, **caches, "cache_loc": c["cache_loc"][t:t + 1]})
         return {**b.call(), "_writer": writer}
     return call
 
@@ -682,7 +689,9 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
                                                                                                      loc))),
     *(("out-of-range:wrong-bound", f"slots at or past {name} skipped", _bound(name, slots)) for name, slots in BOUNDS),
-    *(("overrun:tile", f"the {lanes} past the tile's H x D unmasked: {what} stored there", _tile(lanes, zeros))
+    *(("overrun:tile", (f"the {lanes} past the tile's H x D unmasked: {what} stored there" if "bounded" not in lanes
+                        else f"the tile's heads masked with h < head_dim, not h < H (heads past D unwritten; {what} "
+                             "stored in the tile's heads past H)"), _tile(lanes, zeros))
       for lanes in TILE_LANES for zeros, what in ((False, "the input's next elements"), (True, "zeros"))),
     ("overrun:rows", "one token past T: cache_loc[T] and the inputs' row T, read past their ends",
      _past_batch("loc", False, True)),
