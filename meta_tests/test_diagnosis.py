@@ -2393,3 +2393,24 @@ def test_heads_masked_by_head_dim_are_a_tile_overrun() -> None:
     names both faces."""
     found = Diagnoser(_impl(_heads_masked_by_dim), CPU).diagnose(_case(num_heads=4, head_dim=2))
     assert [f.key.split("@")[0] for f in found] == ["overrun:tile"], [(f.key, f.title) for f in found]
+
+
+def _v_with_ks_nan_mask(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """V's NaN fix-up taken from K's mask (`nan_v = isnan(yk)`, copy-pasted): V's bytes are 0x7F where K is NaN,
+    and a NaN of V alone keeps its sign (0xFF for -NaN); contiguous 3-D inputs, 4-D caches."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    rows = v_cache.view(torch.uint8).view(-1, *v_cache.shape[2:])
+    for t, slot in enumerate(cache_loc.tolist()):
+        if 0 <= slot < rows.shape[0]:
+            own, other = v[t].isnan(), k[t].isnan()
+            negative = v[t].view(torch.int16) < 0
+            rows[slot] = torch.where(other, 0x7F, torch.where(own & negative, 0xFF, rows[slot])).to(torch.uint8)
+
+
+def test_a_nan_mask_taken_from_the_other_input_is_named() -> None:
+    """Held-out batch 27's vLLM pair fixed V's NaN bytes up with K's NaN mask: wrong bytes no model explained, which
+    joined its other defect (one key for two causes)."""
+    case = _case(cache_rank=4, overrides=(Override("k", 1, 0x7FC0, "nan"), Override("v", 3, 0xFFC0, "-nan")))
+    found = Diagnoser(_impl(_v_with_ks_nan_mask), CPU).diagnose(case)
+    assert [f.key.split("@")[0] for f in found] == ["kv-mixed:nan-mask"], [(f.key, f.title) for f in found]

@@ -161,6 +161,7 @@ class _Rows:
         self.act = actual.buffers[which].cpu()
         self.before = before[which].cpu()
         self.x = (actual.k_logical if which == "k_cache" else actual.v_logical).cpu()
+        self.other_x = (actual.v_logical if which == "k_cache" else actual.k_logical).cpu()
         self.scale = case.k_scale if which == "k_cache" else case.v_scale
         self.other = case.v_scale if which == "k_cache" else case.k_scale
         writers: dict[int, list[int]] = {}

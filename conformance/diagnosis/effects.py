@@ -28,7 +28,7 @@ from conformance.cachemap import CACHES, byte_index, written_mask, written_slots
 from conformance.diagnosis.classify import _quantized, _Rows, _scale_value, _scale_variant_values, _sign_pairs
 from kernel import RECIPES, naive_fp8_set_kv_buffer
 from kernel.plan import ScaleArg, _self_overlapping
-from kernel.recipe import Recipe, get_recipe
+from kernel.recipe import NAN_BYTE, Recipe, get_recipe
 from kernel.reference import (
     CACHE_FORMATS,
     INPUT_FORMATS,
@@ -125,6 +125,8 @@ TITLES = {
                                "inputs swapped)",
     "kv-mixed:k-for-v": "writes K's values into value_cache too (V's input never read)",
     "kv-mixed:v-for-k": "writes V's values into key_cache too (K's input never read)",
+    "kv-mixed:nan-mask": "fixes up NaN where the other input is NaN (one input's NaN mask applied to the other's "
+                         "bytes: the NaN byte where the other is NaN, the cast's own NaN where only this one is)",
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
                             "(indexed from the end, as a floor division or a negative index does)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
@@ -828,6 +830,24 @@ def _pre_cast(rows: _Rows, recipe: str) -> torch.Tensor:
     return scaled(rows.x, ScaleArg("float", value, None), get_recipe(recipe)).cpu()
 
 
+def _other_nan_mask(rows: _Rows, held: str) -> list[torch.Tensor] | None:
+    """The NaN fix-up applied where the other input is NaN (a copy-pasted `isnan(k)` in V's path): the format's NaN
+    byte there, and where only this input's value is NaN the cast's own NaN byte (its sign kept, or not). None
+    when neither input has a NaN the other lacks."""
+    y = _pre_cast(rows, held)
+    own, other = y.isnan(), rows.other_x.isnan()
+    if not bool((own ^ other).any()):
+        return None
+    q = rows.q(held)
+    nan = q[own][0] if bool(own.any()) else torch.tensor(NAN_BYTE, dtype=q.dtype)
+    fixed = torch.where(other, nan, q)
+    if rows.case.cache_format == "fp8_e4m3fnuz":  # one NaN byte, no sign
+        return [fixed]
+    signed = torch.where(own & ~other & (rows.x.view(torch.int16 if rows.x.element_size() == 2 else torch.int32) < 0),
+                         nan | 0x80, fixed)
+    return [fixed, signed]
+
+
 def _multiplied(rows: _Rows, held: str) -> torch.Tensor:
     """The held recipe's bytes with x multiplied by its scale (one fp32 multiply) instead of divided."""
     recipe = get_recipe(held)
@@ -1141,6 +1161,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
+    other_nan = _other_nan_mask(rows, held)
+    if other_nan is not None:
+        yield "kv-mixed:nan-mask", lambda: other_nan
     nan_as = _nan_written_as(w, held)
     if nan_as is not None:  # the byte in the key: re-drawn calls must write the same one
         yield f"encoding:nan-byte:0x{nan_as[0]:02X}", lambda: nan_as[1]
@@ -1339,6 +1362,8 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
             encoding = "encoding:inf-nan"
         if encoding:
             found.insert(0, encoding)  # a sign or overflow rule is the most specific
+        if "kv-mixed:nan-mask" in found:  # but for the cause of its NaN where the recipe gives a finite byte
+            found.insert(0, found.pop(found.index("kv-mixed:nan-mask")))
         if infinities == "possible":  # no finite value past 464 here to tell the two apart
             found.insert(1, "encoding:inf-nan")
         if _off_by_one(e, w.actual, case.cache_format) and "off-by-one-ulp" not in found:
