@@ -2414,3 +2414,23 @@ def test_a_nan_mask_taken_from_the_other_input_is_named() -> None:
     case = _case(cache_rank=4, overrides=(Override("k", 1, 0x7FC0, "nan"), Override("v", 3, 0xFFC0, "-nan")))
     found = Diagnoser(_impl(_v_with_ks_nan_mask), CPU).diagnose(case)
     assert [f.key.split("@")[0] for f in found] == ["kv-mixed:nan-mask"], [(f.key, f.title) for f in found]
+
+
+def _fp16_rebias_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                       use_triton=True, *, recipe="unfused", checked=False):
+    """float16 inputs widened by the exponent rebias alone: ±0 and subnormals m * 2**-24 read as
+    ±2**-15 * (1 + m / 1024); other dtypes right."""
+    if k.dtype == torch.float16:
+        from conformance.diagnosis.effects import _fp16_widened_as_normal
+        k, v = (_fp16_widened_as_normal(x) if _fp16_widened_as_normal(x) is not None else x.float() for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+
+
+def test_an_fp16_widening_right_for_normal_values_only_is_named() -> None:
+    """Held-out batch 27's SGLang Triton write widened fp16 by the rebias trick: zeros came out as the smallest
+    subnormal bytes, read as one ulp off (the nearest class, not the cause)."""
+    case = _case(input_dtype="float16", k_scale=Scale("tensor1", 2.0**-12), v_scale=Scale("float", 2.0**-12),
+                 recipe="single", overrides=(Override("k", 0, 0x0000, "+0"), Override("k", 1, 0x8000, "-0"),
+                                             Override("v", 2, 0x0003, "subnormal")))
+    found = Diagnoser(_impl(_fp16_rebias_write, "single"), CPU).diagnose(case)
+    assert [f.key for f in found] == ["input-misread:fp16-subnormals@input-float16"], [(f.key, f.title) for f in found]

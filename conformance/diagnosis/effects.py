@@ -67,6 +67,8 @@ TITLES = {
                   "before rounding)",
     "input-misread:bfloat16": "reads its input's bytes as bfloat16 (another input dtype's path: float16 bits as "
                               "bfloat16, or float32 read through a bfloat16 pointer)",
+    "input-misread:fp16-subnormals": "widens float16 inputs by the exponent rebias alone, right for normal values "
+                                     "only: ±0 and subnormals read as ±2**-15 x (1 + m/1024)",
     "input-misread:float16": "reads its input's bytes as float16 (another input dtype's path: bfloat16 bits as "
                              "float16, or float32 read through a float16 pointer)",
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
@@ -1012,6 +1014,21 @@ def _read_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return flat[:x.numel()].reshape(x.shape)
 
 
+def _fp16_widened_as_normal(x: torch.Tensor) -> torch.Tensor | None:
+    """float16 x widened by the exponent rebias alone (`(bits & 0x7FFF) << 13` plus 112 << 23, right for normal
+    values only): ±0 and subnormals m * 2**-24 read as ±2**-15 * (1 + m / 1024). None for other dtypes, or when x
+    has no such value."""
+    if x.dtype != torch.float16:
+        return None
+    bits = x.view(torch.int16).to(torch.int32)
+    em = bits & 0x7FFF
+    low = em < 0x0400
+    if not bool(low.any()):
+        return None
+    widened = (2.0**-15 * (1 + (em & 0x3FF).double() / 1024)).float()
+    return torch.where(low, torch.where(bits < 0, -widened, widened), x.float())
+
+
 def _carry_lost(rows: _Rows, held: str) -> list[torch.Tensor]:
     """The recipe's bytes with each value that rounds up into the next power of two written one binade low
     (a software encoder that takes the exponent before rounding: [1.9375, 2) written as 1.0, not 2.0); with and
@@ -1207,6 +1224,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "carry-lost", lambda r=r: _carry_lost(rows, r)
     other = {torch.bfloat16: (torch.float16,), torch.float16: (torch.bfloat16,),
              torch.float32: (torch.bfloat16, torch.float16)}.get(rows.x.dtype, ())
+    rebiased = _fp16_widened_as_normal(rows.x)
+    if rebiased is not None:  # a widening right for normal values only: zeros and subnormals near 2**-15
+        yield "input-misread:fp16-subnormals", lambda: _quantized(rebiased, _scale_value(rows.scale), held,
+                                                                  case.cache_format)
     for dtype in other:  # an input sent down another dtype's path: its bytes read as that dtype's
         yield f"input-misread:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
             _read_as(rows.x, dtype), _scale_value(rows.scale), held, case.cache_format)
