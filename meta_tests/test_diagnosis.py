@@ -2422,7 +2422,7 @@ def _fp16_rebias_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=
     ±2**-15 * (1 + m / 1024); other dtypes right."""
     if k.dtype == torch.float16:
         from conformance.diagnosis.effects import _fp16_widened_as_normal
-        k, v = (_fp16_widened_as_normal(x) if _fp16_widened_as_normal(x) is not None else x.float() for x in (k, v))
+        k, v = (w if (w := _fp16_widened_as_normal(x)) is not None else x.float() for x in (k, v))
     _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
 
 

@@ -419,17 +419,18 @@ def _tile(lanes: str, zeros: bool) -> Callable[[Built], dict | None]:
     return call
 
 
-def _one_row_more(b: Built, name: str, zeros: bool) -> torch.Tensor:
-    """Input `name` with a token more: row T read at its own strides from its buffer (the build's poison past the
-    last token), or zeros. Raises where row T leaves the buffer (the reference cannot model it)."""
+def _row_past(b: Built, name: str, zeros: bool) -> torch.Tensor:
+    """Input `name`'s row T, one past its last, as a [1, ...] view: read at its own strides from its buffer (the
+    build's poison past the last token), or zeros. Raises where row T leaves the buffer (the reference cannot
+    model it)."""
     t = getattr(b, name)
     if zeros:
-        return torch.cat([t, torch.zeros_like(t[:1] if t.shape[0] else t.new_zeros((1, *t.shape[1:])))])
+        return t.new_zeros((1, *t.shape[1:]))
     typed = b.buffers[name].view(t.dtype)
-    shape = (t.shape[0] + 1, *t.shape[1:])
-    if t.storage_offset() + sum((n - 1) * s for n, s in zip(shape, t.stride())) >= typed.numel():
+    offset = t.storage_offset() + t.shape[0] * t.stride(0)
+    if offset + sum((n - 1) * s for n, s in zip(t.shape[1:], t.stride()[1:])) >= typed.numel():
         raise IndexError("row T leaves its buffer")
-    return typed.as_strided(shape, t.stride(), t.storage_offset())
+    return typed.as_strided((1, *t.shape[1:]), t.stride(), offset)
 
 
 def _past_batch(slot: str, zeros: bool, last: bool) -> Callable[[Built], dict | None]:
@@ -439,16 +440,15 @@ def _past_batch(slot: str, zeros: bool, last: bool) -> Callable[[Built], dict | 
     0 the stray write lands before or after the batch's own, in either order a GPU's stores may take."""
     def call(b: Built) -> dict | None:
         case = b.case
-        tokens = case.num_tokens
         if slot == "loc":
-            loc = b.buffers["cache_loc"].as_strided((tokens + 1,), (case.loc_step,), 0)
-            if not 0 <= int(loc[tokens]) < case.num_slots:
+            at = case.num_tokens * case.loc_step
+            loc = b.buffers["cache_loc"][at:at + 1]
+            if not 0 <= int(loc[0]) < case.num_slots:
                 return None
         else:
-            loc = torch.cat([b.cache_loc, b.cache_loc.new_zeros(1)])
+            loc = b.cache_loc.new_zeros(1)
         out = b.call()
-        stray = {**out, "cache_loc": loc[tokens:], "k": _one_row_more(b, "k", zeros)[tokens:],
-                 "v": _one_row_more(b, "v", zeros)[tokens:]}
+        stray = {**out, "cache_loc": loc, "k": _row_past(b, "k", zeros), "v": _row_past(b, "v", zeros)}
 
         def writer(c: dict) -> None:
             order = (c, {**stray, "k_cache": c["k_cache"], "v_cache": c["v_cache"]})
@@ -845,8 +845,7 @@ def _other_nan_mask(rows: _Rows, held: str) -> list[torch.Tensor] | None:
     fixed = torch.where(other, nan, q)
     if rows.case.cache_format == "fp8_e4m3fnuz":  # one NaN byte, no sign
         return [fixed]
-    signed = torch.where(own & ~other & (rows.x.view(torch.int16 if rows.x.element_size() == 2 else torch.int32) < 0),
-                         nan | 0x80, fixed)
+    signed = torch.where(own & ~other & torch.signbit(rows.x), nan | 0x80, fixed)
     return [fixed, signed]
 
 
@@ -1062,11 +1061,12 @@ def _saturated_low(w: _Written, held: str) -> tuple[float, torch.Tensor] | None:
     return value, torch.where((mag > bound) & (mag <= last), (e & 0x80) | bound, e)
 
 
-def _nan_bytes(fmt: str) -> set[int]:
+@functools.cache
+def _nan_bytes(fmt: str) -> frozenset[int]:
     """The bytes a format reads as NaN (e5m2 has six: exponent all ones, a fraction; e4m3fn two; fnuz one)."""
     dtype = getattr(torch, CACHE_FORMATS[fmt].name)
-    return set(torch.arange(256, dtype=torch.uint8)[torch.arange(256, dtype=torch.uint8).view(dtype).float().isnan()]
-               .tolist())
+    every = torch.arange(256, dtype=torch.uint8)
+    return frozenset(every[every.view(dtype).float().isnan()].tolist())
 
 
 def _nan_written_as(w: _Written, held: str) -> tuple[int, torch.Tensor] | None:
