@@ -1040,6 +1040,31 @@ def test_a_placement_defect_of_big_batches_does_not_hide_the_recipe() -> None:
     assert recipe == "single" and "one token a call" in note, note
 
 
+def _rounds_toward_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """Recipe `single`, each nonzero byte one e4m3 step toward zero where the reference rounded away from it."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe="single", checked=checked)
+    for cache in (k_cache, v_cache):
+        b = cache.view(torch.uint8)
+        b.sub_(((b & 0x7F) % 3 == 1).to(torch.uint8))  # a value defect: some bytes one step lower, every call
+
+
+def test_a_value_defect_is_not_swept_again_one_token_a_call_at_every_point() -> None:
+    """Where the batch sweep matches no recipe, the one-token retry is tried first at each recipe's worst point:
+    a value defect shows there again, so the retry of every point (a call per token: minutes on a GPU) is not
+    run, and the recipe held and its residual are those of the batch sweep."""
+    from conformance.conventions import SGLANG
+    from conformance.diagnosis.identification import held_recipe, identify, identify_robustly, sweep_points
+    calls = []
+    impl = Implementation("toward-zero", lambda *a, **kw: calls.append(1) or _rounds_toward_zero(*a, **kw), {},
+                          convention=SGLANG)
+    points = sweep_points(["bfloat16", "float16"], full=False, convention=SGLANG)
+    batch = held_recipe(identify(impl, points, CPU))
+    calls.clear()
+    assert identify_robustly(impl, points, CPU) == batch
+    assert len(calls) < len(points) * (1 + 128), len(calls)  # the batch sweep, then fewer than a retry of it all
+
+
 def _page_offset_swapped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                          use_triton=True, *, recipe="unfused", checked=False):
     """page, offset = slot % page_size, slot // page_size: an offset past the page raises IndexError."""
@@ -2434,3 +2459,24 @@ def test_an_fp16_widening_right_for_normal_values_only_is_named() -> None:
                                              Override("v", 2, 0x0003, "subnormal")))
     found = Diagnoser(_impl(_fp16_rebias_write, "single"), CPU).diagnose(case)
     assert [f.key for f in found] == ["input-misread:fp16-subnormals@input-float16"], [(f.key, f.title) for f in found]
+
+
+def _rows_from_zero_past_four(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                              use_triton=True, *, recipe="unfused", checked=False):
+    """Chunks of four tokens, each quantizing the first chunk's rows: token t >= 4 gets token t % 4's bytes."""
+    rows = torch.arange(k.shape[0]) % 4
+    _reference(k[rows], v[rows], k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_tokens_moved_under_an_extreme_scale_and_a_padded_cache_are_keyed_by_t() -> None:
+    """Seen on the H200: at a scale of 1e38 every byte is ±0, so tokens moved differ in their signs alone, and an
+    ordinary scale turns that symptom into misplaced bytes, the failure kept: the trigger is the failure's (T),
+    not the symptom's (the scale, the fp16 input). The moved model reads the cache's slots, however much padding
+    its buffer holds (V's here: over a MiB around 640 KiB of slots)."""
+    case = Case(num_tokens=6, num_heads=2, head_dim=32, page_size=16, num_pages=640, cache_loc=(3, 40, 77, 9, 500, 1),
+                v_cache_layout=Layout((2, 0, 1, 3), (2, 0, 3, 1), step=2, offset=3), input_dtype="float16",
+                k_scale=Scale("tensor1", 1e38), v_scale=Scale("tensor1", 1e38), seed=5, recipe="unfused")
+    assert build(case, CPU).buffers["v_cache"].numel() > 1 << 20
+    keys = [f.key for f in Diagnoser(_impl(_rows_from_zero_past_four), CPU).diagnose(case)]
+    assert keys == ["wrong-slot:tokens-moved@tokens-above:4"], keys

@@ -133,6 +133,8 @@ def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
     return kinds
 
 
+#: Symptoms of the values written: a placement effect read under one of them changes symptom when the values do.
+VALUE_SYMPTOMS = frozenset({"values", "nan-sign", "zero-sign", "overflow"})
 #: Calls of one Case on a GPU before it counts as passing (see Diagnoser._run).
 GPU_TRIES = 3
 #: Re-drawn calls that must agree with a value model read off a minimal Case (Diagnoser._corroborated).
@@ -176,10 +178,10 @@ class Diagnoser:
                 break
         return replay
 
-    def fails(self, case: Case, symptom: str) -> bool | None:
-        """Whether the Case shows this symptom; None when it cannot be run."""
+    def fails(self, case: Case, symptom: str, also: frozenset[str] = frozenset()) -> bool | None:
+        """Whether the Case shows this symptom (or one of `also`); None when it cannot be run."""
         r = self.replay(case)
-        return None if r is None else symptom in r.symptoms
+        return None if r is None else bool(r.symptoms & ({symptom} | also))
 
     def plain_of(self, case: Case) -> Case:
         """The Case with every dimension moved back to the plain call (each ablation's first variant)."""
@@ -226,9 +228,14 @@ class Diagnoser:
                 if self.fails(variant, symptom):
                     current = variant
                     break
+        return current, self._trigger(current, symptom)
+
+    def _trigger(self, current: Case, symptom: str, also: frozenset[str] = frozenset()) -> list[str]:
+        """The dimensions whose ablation of the Case makes the symptom (and each of `also`) vanish, H, D and T
+        named by what the failure needs of them."""
         trigger = []
         for ablation in self._ablations():
-            results = [self.fails(v, symptom) for v in ablation.variants(current, self.plain)]
+            results = [self.fails(v, symptom, also) for v in ablation.variants(current, self.plain)]
             ran = [r for r in results if r is not None]
             if ran and not any(ran):
                 trigger.append(ablation.name)
@@ -243,7 +250,7 @@ class Diagnoser:
                 # layout: a failure that stays is the striding's.
                 same = self._same_strided_layouts(current, names)
                 trigger.remove(strided if same is None or not self.fails(same, symptom) else differ)
-        return current, self._sized(current, symptom, trigger)
+        return self._sized(current, symptom, trigger)
 
     def _fails_alike(self, case: Case, symptom: str) -> bool | None:
         """Whether the Case fails as a Case of another size may show the same cause: the same raise, or (for a
@@ -568,11 +575,17 @@ class Diagnoser:
         for symptom in sorted(first.symptoms):
             minimal, trigger = self.minimize(case, symptom)
             for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
+                named = trigger
+                if _placed(effect) and symptom in VALUE_SYMPTOMS:
+                    # Bytes out of place that differ in their signs alone (every moved byte ±0 at an extreme
+                    # scale): an ordinary scale turns the symptom into misplaced bytes, and the failure stays.
+                    named = self._trigger(minimal, symptom, also=frozenset({"placement"}))
                 if effect.key == "wrong-slot:tokens-moved":
-                    trigger = self._order_trigger(minimal, trigger)
-                if effect.key == "overrun:rows" and "first-slot" in trigger:
-                    trigger = self._stray_trigger(minimal, trigger)
-                named = self._value_trigger(minimal, symptom, trigger) if effect.value else trigger
+                    named = self._order_trigger(minimal, named)
+                if effect.key == "overrun:rows" and "first-slot" in named:
+                    named = self._stray_trigger(minimal, named)
+                if effect.value:
+                    named = self._value_trigger(minimal, symptom, named)
                 f = finding(effect, named, minimal, case.recipe)
                 findings.setdefault(f.key, f)
         kept = narrowest(self._one_trigger_per_effect(list(findings.values())))

@@ -1410,8 +1410,13 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
 
 # -- moved models: the reference's own bytes, every one of them, in other places -----------------------
 
-#: The most bytes a moved model compares (a minimal Case is small; a whole big call is not read this way).
+#: The most bytes of a cache's slots a moved model compares (a minimal Case is small; a whole big call is not read
+#: this way). The slots' bytes, not the buffer's: a strided cache's padding is never read.
 MOVED_MAX_BYTES = 1 << 20
+
+
+def _too_many_to_move(case: Case) -> bool:
+    return case.num_slots * case.num_heads * case.head_dim > MOVED_MAX_BYTES
 
 
 def _permutation(e: torch.Tensor, a: torch.Tensor) -> list[int] | None:
@@ -1462,7 +1467,7 @@ def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, t
             diff = exp != act
             if not diff.any():
                 continue
-            if (diff & ~written_mask(case, which)).any() or exp.numel() > MOVED_MAX_BYTES:
+            if (diff & ~written_mask(case, which)).any() or _too_many_to_move(case):
                 return None
             rows = _Rows(case, which, expected, actual, before)
             single = [s for s in rows.writers if len(rows.writers[s]) == 1]
@@ -1490,7 +1495,7 @@ def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, 
         exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
         if torch.equal(exp, act):
             continue
-        if exp.numel() > MOVED_MAX_BYTES:
+        if _too_many_to_move(case):
             return None
         rows = _Rows(case, which, expected, actual, before)
         outside = exp != act

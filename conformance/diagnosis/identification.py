@@ -219,12 +219,27 @@ def identify_robustly(impl: Implementation, points: list[Point], device: torch.d
     tries = [("one token a call", False)]
     if first.errors or "class:" not in note:  # not a value residual the sweep already classed: a slot defect?
         tries.append(("each token alone at slot 0 of a one-slot cache", True))
+    screen = _worst_points(first)
     for how, alone in tries:
+        if screen and not _may_match(identify(impl, screen, device, tokens=1, alone=alone)):
+            continue
         again, again_note = held_recipe(identify(impl, points, device, tokens=1, alone=alone))
         if again_note.startswith("identified"):
             return again, (f"{again_note}, {how} (a call of {TOKENS} tokens matches no recipe: "
                            f"{note.split(': ', 1)[-1]})")
     return recipe, note
+
+
+def _worst_points(res: Result) -> list[Point]:
+    """Each recipe's point of the most differing bytes: a retry that matches no recipe on these matches none on
+    every point, so it is first tried there (a value defect shows at every point, and a retry of the whole
+    sweep one token a call costs a call per token per point: minutes on a GPU)."""
+    return list(dict.fromkeys(max(bad, key=lambda p: bad[p].numel()) for bad in res.diffs.values() if bad))
+
+
+def _may_match(res: Result) -> bool:
+    """Whether a recipe matches every point of the sweep that ran (or none ran: no evidence either way)."""
+    return not res.actual or any(res.count(r) == 0 for r in res.diffs)
 
 
 def held_recipe(res: Result) -> tuple[str, str]:
