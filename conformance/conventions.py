@@ -53,6 +53,9 @@ class Convention:
     per_head_scales: bool = False  # takes a [H] float32 k_scale / v_scale (conformance/test_per_head.py)
     per_token_head: bool = False  # writes dynamic per-(token, head) scales (conformance/test_per_token_head.py)
     static: bool = True  # writes with given scales (False: per-token-head writes only)
+    # Takes keys and values longer than cache_loc, writing cache_loc's tokens alone: vLLM's CUDA-graph padding,
+    # where reshape_and_cache_flash's T is slot_mapping.size(0) (vllm#13922; Case.padded_rows)
+    padded_keys: bool = False
     # The recipe the serving stack's own kernel for this call computes (kernel/recipe.py), where it has one: a
     # kernel identified as computing another is conformant to that recipe, yet differs from its stack's bytes
     stack_recipe: str | None = None
@@ -93,6 +96,8 @@ class Convention:
             return self.dynamic_only
         if self.format_position is not None and self.format_name(case.cache_format) is None:
             return f"the {self.name} convention has no kv_cache_dtype for {case.cache_format} caches"
+        if case.padded_rows and not self.padded_keys:
+            return f"the {self.name} convention takes one key a cache_loc entry (no keys padded past its end)"
         if case.format_alias and case.cache_format not in dict(self.format_aliases):
             return f"the {self.name} convention has no other name for {case.cache_format} caches"
         checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),
@@ -169,7 +174,7 @@ VLLM = Convention(
      "k_scale": "k_scale", "v_scale": "v_scale"},
     input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
     format_position=5, format_names=(("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8_e5m2")),
-    format_aliases=(("fp8_e4m3", "fp8_e4m3"),),
+    format_aliases=(("fp8_e4m3", "fp8_e4m3"),), padded_keys=True,
     stack_recipe="divide",  # vLLM's CUDA reshape_and_cache_flash: x / scale (kernel/recipe.py)
 )
 # vLLM with per-attention-head scales (vllm#30141): the same call, k_scale/v_scale also [H] float32 tensors. Opt-in

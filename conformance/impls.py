@@ -73,7 +73,7 @@ class Implementation:
         reason = self.convention.why_not(built.case)
         if reason:
             raise Inexpressible(reason)
-        self.invoke(built.call())
+        self.invoke(built.implementation_call())
         if built.k.device.type == "cuda":
             torch.cuda.synchronize(built.k.device)
 

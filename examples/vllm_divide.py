@@ -49,6 +49,8 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
         if scale.numel() != 1 and tuple(scale.shape) != (key.shape[1],):
             raise ValueError(f"{name} must be a 0-d or 1-element tensor, or a [{key.shape[1]}] tensor (one scale a "
                              f"head), got shape {tuple(scale.shape)}")
+    # T is slot_mapping's length: under CUDA-graph padding the keys may be longer (vllm#13922)
+    key, value = key[:slot_mapping.shape[0]], value[:slot_mapping.shape[0]]
     if key.shape[0] == 0:  # a shape, not a value: no sync
         return
     block_size = key_cache.shape[1]

@@ -61,13 +61,14 @@ EFFECTS = re.compile(
     r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|other-input|cache-ignored"
     r"|cache-page-stride|cache-inner-stride)|kv-mixed:(caches-swapped|inputs-swapped|k-for-v|v-for-k)"
     r"|padding:(wraps-to-end|slot-0)|out-of-range:written|storage:value-cast|raises:\w+|crash|graph:sync"
-    r"|overrun:tile|subnormal-grid:-?\d+|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained|tokens-moved)")
+    r"|overrun:(tile|rows)|subnormal-grid:-?\d+|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained|tokens-moved)")
 TRIGGER_WORDS = {"plain", "strided-input", "input-layouts-differ", "strided-loc", "strided-cache",
                  "cache-layouts-differ", "cache-uint8", "cache-3d", "input-2d", "input-float16", "input-float32",
                  "loc-int32", "heads-not-pow2", "dim-not-pow2", "dim-not-multiple:8", "dim-not-multiple:32",
                  "page-size", "scale-kind:none", "scale-kind:float", "scale-kind:tensor0d",
                  "scale-kind:tensor1", "scale-value", "scales-differ", "special-values", "padding", "out-of-range",
-                 "duplicate-slots", "big-cache", "empty-batch", "many-tokens", "tokens-above:256", "values"}
+                 "duplicate-slots", "big-cache", "empty-batch", "many-tokens", "tokens-above:256", "values",
+                 "padded-keys"}
 #: Dimensions the plain Case here holds already (seeded values, a non-dyadic scale): a trigger made of these
 #: alone fails the plain Case. (The report's plain call has ordinary values and scales 1.0.)
 HELD_BY_PLAIN = {"plain", "values", "scale-value", "dim-not-multiple:32"}  # D = 16 is no multiple of 32
@@ -101,6 +102,7 @@ TRIGGERS: dict[str, Callable[[Case], Case]] = {
     "plain": lambda c: c,
     "padding": lambda c: c.replace(cache_loc=(5, -1, 2)),  # slot 0 not named: a write there is the padding's
     "out-of-range": lambda c: c.replace(cache_loc=(5, 9, 2)),  # 8 slots
+    "padded-keys": lambda c: c.replace(padded_rows=2),  # vLLM's CUDA-graph padding: keys past slot_mapping's end
     "scales-differ": lambda c: c.replace(v_scale=Scale("tensor1", 0.7)),
     "special-values": lambda c: c.replace(overrides=tuple(Override(t, 3 + i, bits, label) for t in "kv"
                                                           for i, (label, bits) in enumerate(_SPECIALS))),

@@ -2480,3 +2480,19 @@ def test_tokens_moved_under_an_extreme_scale_and_a_padded_cache_are_keyed_by_t()
     assert build(case, CPU).buffers["v_cache"].numel() > 1 << 20
     keys = [f.key for f in Diagnoser(_impl(_rows_from_zero_past_four), CPU).diagnose(case)]
     assert keys == ["wrong-slot:tokens-moved@tokens-above:4"], keys
+
+
+def _vllm_grid_from_keys(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """vLLM's convention, T taken from the keys: past slot_mapping's end, its entries are read from whatever follows."""
+    loc = slot_mapping.as_strided((key.shape[0],), slot_mapping.stride(), slot_mapping.storage_offset())
+    naive_fp8_set_kv_buffer(key, value, key_cache.view(torch.uint8), value_cache.view(torch.uint8), loc, k_scale,
+                            v_scale, key_cache.shape[1], recipe="divide")
+
+
+def test_keys_padded_past_slot_mapping_and_written_are_one_defect_of_the_padding() -> None:
+    """vllm#13922: keys longer than slot_mapping under CUDA-graph padding. A kernel sized by the keys writes the
+    first padded row at the entry after slot_mapping's last: a row past the batch, triggered by the padding."""
+    impl = Implementation("grid-from-keys", _vllm_grid_from_keys, {}, convention=VLLM, recipe="divide")
+    case = _case(recipe="divide", k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7), padded_rows=3)
+    assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["overrun:rows@padded-keys"]
+    assert Diagnoser(impl, CPU).diagnose(case.replace(padded_rows=0)) == []

@@ -167,6 +167,22 @@ def test_every_case_is_valid_builds_and_round_trips(case: Case):
                 assert got == o.bits, f"override {o} landed as 0x{got:X}"
 
 
+@settings(max_examples=40, **INNER)
+@given(cases(allow_out_of_range=True), st.integers(1, 8))
+def test_padded_rows_follow_the_tokens_and_change_none_of_them(case: Case, rows: int):
+    """Keys padded past cache_loc (Case.padded_rows): the T-row view is the padded view's first rows, with the
+    values it holds unpadded; the padded rows hold seeded values, not the poison."""
+    plain, padded = build(case, "cpu"), build(case.replace(padded_rows=rows), "cpu")
+    assert plain.k_padded is None and padded.k_padded is not None
+    for tensor in ("k", "v"):
+        full, view = getattr(padded, f"{tensor}_padded"), getattr(padded, tensor)
+        assert full.shape[0] == case.num_tokens + rows and full.shape[1:] == view.shape[1:]
+        assert full.stride() == view.stride() and full.data_ptr() == view.data_ptr()
+        assert torch.equal(_bits(getattr(padded, f"{tensor}_logical")), _bits(getattr(plain, f"{tensor}_logical")))
+        assert not full[case.num_tokens:].float().isnan().any()
+    assert padded.implementation_call()["k"] is padded.k_padded and padded.call()["k"] is padded.k
+
+
 def _reference_scaled(bits: int, dtype: str, case_scale, recipe_name: str) -> float:
     """The reference's own steps (kernel.reference.quantize before the e4m3 rounding), in torch."""
     recipe, torch_dtype = get_recipe(recipe_name), DTYPES[dtype]

@@ -53,6 +53,17 @@ class Built:
     k_logical: torch.Tensor  # [T, H, D] values, overrides applied, on the build device
     v_logical: torch.Tensor
     buffers: dict[str, torch.Tensor]  # name -> whole buffer (caches as uint8, guards included)
+    # K and V with the Case's padded rows after the last token (None without): what a convention that takes keys
+    # longer than slot_mapping is called with; k and v (T rows) are what the reference is called with.
+    k_padded: torch.Tensor | None = None
+    v_padded: torch.Tensor | None = None
+
+    def implementation_call(self) -> dict[str, object]:
+        """call(), with K and V padded past the last token where the Case has padded rows."""
+        call = self.call()
+        if self.k_padded is not None:
+            call.update(k=self.k_padded, v=self.v_padded)
+        return call
 
     def call(self) -> dict[str, object]:
         """The call's arguments by this project's names (the reference takes them as keywords;
@@ -88,10 +99,11 @@ class Built:
 
         scales = [same_view(s, n) if isinstance(s, torch.Tensor) and n in buffers else s
                   for n, s in (("k_scale", self.k_scale), ("v_scale", self.v_scale))]
+        padded = [None if t is None else same_view(t, n) for n, t in (("k", self.k_padded), ("v", self.v_padded))]
         return Built(self.case, same_view(self.k, "k"), same_view(self.v, "v"),
                      same_view(self.k_cache, "k_cache"), same_view(self.v_cache, "v_cache"),
                      same_view(self.cache_loc, "cache_loc"), *scales, self.k_logical, self.v_logical,
-                     buffers)
+                     buffers, *padded)
 
 
 MASK32 = 0xFFFFFFFF
@@ -142,8 +154,8 @@ def seeded_streams(seed: int, streams: tuple[tuple[str, int], ...], device: torc
 _FIELDS = {"bfloat16": (7, 127, 254), "float16": (10, 15, 30), "float32": (23, 127, 254)}
 
 
-def _logical_values(case: Case, h: torch.Tensor) -> torch.Tensor:
-    """K's and V's seeded values, [2, T, H, D], spread over the whole e4m3 range after scaling, with the
+def _logical_values(case: Case, h: torch.Tensor, rows: int) -> torch.Tensor:
+    """K's and V's seeded values, [2, rows, H, D] (rows: T and the padded rows), spread over the whole e4m3 range after scaling, with the
     overrides applied. h: [2, T*H*D], the hashed bits of the "k" and "v" streams.
 
     |x| is 2**(E + floor(log2(scale))) * (1 + f), E uniform-ish in [-12, 9] and f the dtype's own
@@ -170,10 +182,11 @@ def _logical_values(case: Case, h: torch.Tensor) -> torch.Tensor:
     # With the sign bit set, the bits read as a signed `width`-bit integer are magnitude - 2**(width-1).
     signed = bits - ((h >> 31) << (width - 1))
     n, flat = h.shape[1], signed.view(-1)
-    for o in case.overrides:  # one fill each: an index tensor would cost a host-to-device copy, which waits
+    for o in case.overrides:  # (an override's index counts K's first T rows: each stream's prefix is the same)  # one fill each: an index tensor would cost a host-to-device copy, which waits
         if o.index < n:
             flat[o.index + (n if o.tensor == "v" else 0)].fill_(_signed(o.bits, width))  # fill_: no tensor made
-    return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(2, *case.input_shape)
+    return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(2, rows,
+                                                                                          *case.input_shape[1:])
 
 
 def _signed(bits: int, width: int) -> int:
@@ -181,18 +194,20 @@ def _signed(bits: int, width: int) -> int:
 
 
 def _input_view(case: Case, name: str, layout: Layout, values: torch.Tensor,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    shape = case.input_shape
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The T-row view, its buffer, and the view of T and the padded rows (None without): `values` holds both, laid
+    out at the padded shape's strides, so that the T-row view is the padded one's first rows."""
+    shape = values.shape
     # a token's stride of poison past the span too: a kernel that reads row T (one row past the last) reads poison
     n = INPUT_GUARD + layout.span(shape) + layout.strides(shape)[0] + INPUT_GUARD
     bits = torch.full((n,), _signed(POISON_BITS[case.input_dtype], values.element_size() * 8),
                       dtype=BITS_DTYPES[case.input_dtype], device=device)
     buf = bits.view(values.dtype)
-    view = buf.as_strided(shape, layout.strides(shape), INPUT_GUARD + layout.offset)
-    view.copy_(values)
+    padded = buf.as_strided(shape, layout.strides(shape), INPUT_GUARD + layout.offset)
+    padded.copy_(values)
     if case.input_rank == 2:
-        view = _merge(view, 1, f"{name} layout cannot be viewed as [T, H*D]")
-    return view, buf
+        padded = _merge(padded, 1, f"{name} layout cannot be viewed as [T, H*D]")
+    return padded[:case.num_tokens], buf, padded if case.padded_rows else None
 
 
 def _merge(view: torch.Tensor, dim: int, why: str) -> torch.Tensor:
@@ -247,11 +262,13 @@ def loc_guard_slot(case: Case) -> int:
 def build(case: Case, device: torch.device | str = "cpu") -> Built:
     """Make the Case's tensors on `device`. The same Case always gives the same bytes."""
     device = torch.device(device)
-    n = math.prod(case.input_shape)
+    rows = case.num_tokens + case.padded_rows
+    n = rows * case.num_heads * case.head_dim
     h = seeded_streams(case.seed, (("k", n), ("v", n), ("k_cache", PATTERN_LEN), ("v_cache", PATTERN_LEN)), device)
-    k_logical, v_logical = _logical_values(case, h[:2 * n].view(2, n))
-    k, k_buf = _input_view(case, "k", case.k_layout, k_logical, device)
-    v, v_buf = _input_view(case, "v", case.v_layout, v_logical, device)
+    logical = _logical_values(case, h[:2 * n].view(2, n), rows)
+    k_logical, v_logical = logical[:, :case.num_tokens]
+    k, k_buf, k_padded = _input_view(case, "k", case.k_layout, logical[0], device)
+    v, v_buf, v_padded = _input_view(case, "v", case.v_layout, logical[1], device)
     patterns = (h[2 * n:] & 0xFF).to(torch.uint8)
     k_cache, kc_buf = _cache_view(case, "k_cache", case.k_cache_layout, patterns[:PATTERN_LEN])
     v_cache, vc_buf = _cache_view(case, "v_cache", case.v_cache_layout, patterns[PATTERN_LEN:])
@@ -268,4 +285,4 @@ def build(case: Case, device: torch.device | str = "cpu") -> Built:
         if buf is not None:
             buffers[name] = buf
     return Built(case, k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, k_logical, v_logical,
-                 buffers)
+                 buffers, k_padded, v_padded)

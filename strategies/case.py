@@ -107,12 +107,17 @@ class Case:
     checked: bool = False
     cache_format: str = "fp8_e4m3"  # the bytes' format: a float8 cache's own, or cache_dtype= for uint8
     format_alias: bool = False  # a format argument spelled by its other name (vLLM's "fp8_e4m3" for "fp8")
+    # Rows of K and V past the last token, which no slot names: vLLM's CUDA-graph padding, where the batch's T is
+    # slot_mapping's length and the keys may be longer (vllm#13922). Only a convention that takes them passes them.
+    padded_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.cache_format not in CACHE_FORMATS:
             raise ValueError(f"Case.cache_format must be one of {CACHE_FORMATS}, got {self.cache_format!r}")
         if self.cache_dtype != "uint8" and self.cache_dtype != FP8_CACHE_DTYPES[self.cache_format]:
             raise ValueError(f"Case.cache_dtype {self.cache_dtype} contradicts cache_format {self.cache_format}")
+        if self.padded_rows < 0:
+            raise ValueError(f"Case.padded_rows must be >= 0, got {self.padded_rows}")
         if len(self.cache_loc) != self.num_tokens:
             raise ValueError(f"Case.cache_loc has {len(self.cache_loc)} entries for {self.num_tokens} tokens")
         bits = 32 if self.loc_dtype == "int32" else 64

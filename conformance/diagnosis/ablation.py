@@ -340,6 +340,11 @@ def _tokens(case: Case, plain: str) -> Iterator[Case]:
         yield case.replace(num_tokens=1, cache_loc=(case.cache_loc[t],), overrides=overrides)
 
 
+def _padded_keys(case: Case, plain: str) -> Iterator[Case]:
+    if case.padded_rows:
+        yield case.replace(padded_rows=0)
+
+
 #: In the order they are tried: the values first (so that a structural defect's minimal variant holds
 #: ordinary values, which no value defect touches; the scales before them, as the ordinary values are
 #: made for the scales), then shape and layout, then types and slots.
@@ -375,6 +380,8 @@ ABLATIONS: tuple[Ablation, ...] = (
     Ablation("dim-not-pow2", "only when D is not a power of two", _dim, keeps_shape=False),
     Ablation("page-size", "only for some page sizes", _page_size),
     Ablation("padding", "only with padding (negative cache_loc entries)", _padding),
+    Ablation("padded-keys", "only with keys padded past cache_loc's end (CUDA-graph padding: T is cache_loc's "
+             "length, vllm#13922)", _padded_keys, keeps_shape=False),
     Ablation("out-of-range", "only with out-of-range slots (cache_loc >= number of slots)", _out_of_range),
     Ablation("duplicate-slots", "only when several tokens name one slot", _duplicates),
     Ablation("shared-page", "only when several tokens write one page", _own_pages),

@@ -111,6 +111,11 @@ def _padding(case: Case, draw: Draw) -> Case:
     return case.replace(num_tokens=tokens, num_pages=pages, cache_loc=tuple(loc))
 
 
+def _padded_keys(case: Case, draw: Draw) -> Case:
+    """K and V one to eight rows longer than cache_loc (a batch padded to a captured graph's size)."""
+    return case.replace(padded_rows=draw(st.integers(1, 8), label="padded_rows"))
+
+
 #: Tokens of the many-tokens row: 512 + 16, the tile tail of sglang#15522, past every power-of-two tile or
 #: chunk from 32 to 512 by 16 tokens (the properties draw T <= 16 on the CPU).
 MANY_TOKENS = 528
@@ -209,6 +214,8 @@ def _rows() -> list[InputClass]:
         InputClass("input-fp32", "float32 input", _set(input_dtype="float32")),
         InputClass("input-fp16", "float16 input, four heads of 128 dims a token", _float16),
         InputClass("padding", "padding: negative cache_loc entries", _padding),
+        InputClass("padded-keys", "keys padded past cache_loc's end (CUDA-graph padding: T is cache_loc's length, "
+                                  "vllm#13922)", _padded_keys),
         InputClass("out-of-range", "out-of-range slots (cache_loc >= num_slots, checked=False)", _out_of_range),
         InputClass("strided-inputs", "strided inputs (and a strided cache_loc)", _strided_inputs),
         InputClass("strided-caches", "strided or padded caches", _strided_caches),

@@ -224,6 +224,8 @@ CATALOGUE: list[Entry] = [
     _entry("triton_vllm_oob_wraps.py", "out-of-range slots wrap around",
            (("out-of-range:written", "out-of-range"),),
            "no issue of its own: ring-buffer slot arithmetic; related: vllm#13922"),
+    _entry("triton_vllm_grid_from_keys.py", "the grid sized by the keys, not slot_mapping (keys padded past it)",
+           (("overrun:rows", "padded-keys"),), "vllm#13922 (fixing vllm#13418)"),
     _entry("triton_vllm_pair_other_strides_inputs_ignored.py",
            "V written with K's cache strides; inputs' head and dim strides ignored",
            (("strides:other-cache", "cache-layouts-differ"), ("strides:inputs-heads-ignored", "strided-input")),

@@ -29,6 +29,8 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
     """Write token t's fp8 K and V to slot slot_mapping[t] of the paged caches (negative: padding)."""
     if kv_cache_dtype not in ("fp8", "fp8_e4m3"):
         raise ValueError(f"kv_cache_dtype must be 'fp8' or 'fp8_e4m3', got {kv_cache_dtype!r}")
+    # T is slot_mapping's length: under CUDA-graph padding the keys may be longer (vllm#13922)
+    key, value = key[:slot_mapping.shape[0]], value[:slot_mapping.shape[0]]
     if key.shape[0] == 0:  # a shape, not a value: no host sync
         return
     block_size = key_cache.shape[1]

@@ -73,7 +73,7 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
     """Write token t's fp8 K and V to slot slot_mapping[t] of the paged caches, in one launch."""
     if kv_cache_dtype not in ("fp8", "fp8_e4m3"):
         raise ValueError(f"kv_cache_dtype must be 'fp8' or 'fp8_e4m3', got {kv_cache_dtype!r}")
-    tokens, heads, dim = key.shape
+    tokens, heads, dim = slot_mapping.shape[0], *key.shape[1:]  # keys may be longer (vllm#13922)
     if tokens == 0:
         return
     block_size = key_cache.shape[1]
