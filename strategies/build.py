@@ -155,8 +155,8 @@ _FIELDS = {"bfloat16": (7, 127, 254), "float16": (10, 15, 30), "float32": (23, 1
 
 
 def _logical_values(case: Case, h: torch.Tensor, rows: int) -> torch.Tensor:
-    """K's and V's seeded values, [2, rows, H, D] (rows: T and the padded rows), spread over the whole e4m3 range after scaling, with the
-    overrides applied. h: [2, T*H*D], the hashed bits of the "k" and "v" streams.
+    """K's and V's seeded values, [2, rows, H, D] (rows: T and the padded rows), spread over the whole e4m3 range
+    after scaling, with the overrides applied. h: [2, rows*H*D], the hashed bits of the "k" and "v" streams.
 
     |x| is 2**(E + floor(log2(scale))) * (1 + f), E uniform-ish in [-12, 9] and f the dtype's own
     mantissa bits, so |x| / scale spans e4m3's subnormals through overflow past 448. The value is
@@ -182,7 +182,8 @@ def _logical_values(case: Case, h: torch.Tensor, rows: int) -> torch.Tensor:
     # With the sign bit set, the bits read as a signed `width`-bit integer are magnitude - 2**(width-1).
     signed = bits - ((h >> 31) << (width - 1))
     n, flat = h.shape[1], signed.view(-1)
-    for o in case.overrides:  # (an override's index counts K's first T rows: each stream's prefix is the same)  # one fill each: an index tensor would cost a host-to-device copy, which waits
+    # An override's index counts in the first T rows (each stream's prefix is the same whatever the padded rows).
+    for o in case.overrides:  # one fill each: an index tensor would cost a host-to-device copy, which waits
         if o.index < n:
             flat[o.index + (n if o.tensor == "v" else 0)].fill_(_signed(o.bits, width))  # fill_: no tensor made
     return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(2, rows,

@@ -793,12 +793,18 @@ def _values_needed(effect: Effect, trigger: list[str], minimal: Case) -> str:
     return f" (in its smallest Case: {'; '.join(said)})"
 
 
+#: (effect, trigger dimension) -> the title of the one cause that effect has under that trigger.
+CAUSE_TITLES = {("overrun:rows", "padded-keys"): "writes a padded key's row past the batch (T taken from the keys, "
+                                                 "not from cache_loc: cache_loc read past its end)"}
+
+
 def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Finding:
     effect = consistent(effect, trigger, minimal.num_tokens)
     key = identity(effect, trigger)
     cls = class_of(key)
     named = _named(effect, trigger)
-    title = f"{effect.title}, {words(named)}" if named or not effect.value else effect.title
+    own = next((t for (k, dim), t in CAUSE_TITLES.items() if k == effect.key and dim in trigger), effect.title)
+    title = f"{own}, {words(named)}" if named or not effect.value else own
     title += _values_needed(effect, trigger, minimal)
     alternatives = [identity(Effect(a, "", value=effect.value), trigger) for a in effect.alternatives]
     return Finding(cls, key, title, cell=EFFECT_CELLS.get(cls, "wrong bytes"), case_size=case_size(minimal),
