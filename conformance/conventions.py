@@ -97,7 +97,9 @@ class Convention:
         if self.format_position is not None and self.format_name(case.cache_format) is None:
             return f"the {self.name} convention has no kv_cache_dtype for {case.cache_format} caches"
         if case.padded_rows and not self.padded_keys:
-            return f"the {self.name} convention takes one key a cache_loc entry (no keys padded past its end)"
+            opt_in = (f"; --convention {VLLM_PADDED_KEYS.name} holds a vLLM kernel to keys longer than slot_mapping "
+                      "(CUDA-graph padding, vllm#13922)") if self.name.startswith("vllm") else ""
+            return f"the {self.name} convention takes one key a cache_loc entry (no keys padded past its end){opt_in}"
         if case.format_alias and case.cache_format not in dict(self.format_aliases):
             return f"the {self.name} convention has no other name for {case.cache_format} caches"
         checks = (("input_rank", self.input_ranks, "{}-D input"), ("cache_rank", self.cache_ranks, "{}-D cache"),
@@ -174,12 +176,16 @@ VLLM = Convention(
      "k_scale": "k_scale", "v_scale": "v_scale"},
     input_ranks=(3,), cache_ranks=(4,), loc_dtypes=("int64",), scale_kinds=("tensor0d", "tensor1"),
     format_position=5, format_names=(("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8_e5m2")),
-    format_aliases=(("fp8_e4m3", "fp8_e4m3"),), padded_keys=True,
+    format_aliases=(("fp8_e4m3", "fp8_e4m3"),),
     stack_recipe="divide",  # vLLM's CUDA reshape_and_cache_flash: x / scale (kernel/recipe.py)
 )
 # vLLM with per-attention-head scales (vllm#30141): the same call, k_scale/v_scale also [H] float32 tensors. Opt-in
 # (--convention vllm-per-head): a vLLM kernel without them is not held to them.
 VLLM_PER_HEAD = dataclasses.replace(VLLM, name="vllm-per-head", per_head_scales=True)
+# vLLM with CUDA-graph padding (vllm#13922): keys and values may be longer than slot_mapping, whose length is the
+# batch's T (Case.padded_rows). Opt-in (--convention vllm-padded-keys): a kernel whose caller pads slot_mapping too,
+# or never pads, is not held to it.
+VLLM_PADDED_KEYS = dataclasses.replace(VLLM, name="vllm-padded-keys", padded_keys=True)
 # vLLM's per-token-head write: reshape_and_cache_int8_fp8(key, value, key_cache, value_cache, slot_mapping, *,
 # k_scale_cache, v_scale_cache, kv_quant_mode) in vllm/v1/attention/ops/triton_quant_kv/ (vllm#38378): the scales
 # go to float32 scale caches [num_blocks, block_size, H]; page_size is the caches' block_size. (vLLM's own
@@ -189,7 +195,7 @@ VLLM_PER_TOKEN_HEAD = Convention(
     {"k": "key", "v": "value", "k_cache": "key_cache", "v_cache": "value_cache", "cache_loc": "slot_mapping"},
     input_ranks=(3,), cache_ranks=(4,), scale_kinds=("none",), per_token_head=True, static=False,
 )
-CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM, VLLM_PER_HEAD, VLLM_PER_TOKEN_HEAD)}
+CONVENTIONS = {c.name: c for c in (KVFP8, SGLANG, VLLM, VLLM_PER_HEAD, VLLM_PADDED_KEYS, VLLM_PER_TOKEN_HEAD)}
 
 _HEADS = {  # the leading parameter names that identify a convention
     "vllm": ("key", "value", "key_cache", "value_cache", "slot_mapping", "kv_cache_dtype", "k_scale", "v_scale"),

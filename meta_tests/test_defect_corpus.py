@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conformance.conventions import get_convention
 from conformance.harness import ConformanceFailure, check_case, execute
 from conformance.impls import Implementation, from_spec
 from conformance.impls import test_device as _test_device  # not collected as a test
@@ -148,9 +149,14 @@ def _failures_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path / "failures"))
 
 
+def implementation(entry: cat.Entry) -> Implementation:
+    """The entry's file in its catalogued convention (an opt-in one where it names it)."""
+    return _loaded(cat.spec(entry), entry["opt_in"])
+
+
 @functools.cache
-def implementation(spec: str) -> Implementation:
-    return from_spec(str(ROOT / spec))
+def _loaded(spec: str, convention: str) -> Implementation:
+    return from_spec(str(ROOT / spec), convention=get_convention(convention) if convention else None)
 
 
 def modified_inputs(impl: Implementation, case: Case) -> list[str]:
@@ -232,7 +238,7 @@ def _docstring(entry: cat.Entry) -> str:
 
 @pytest.mark.parametrize("entry", cat.CATALOGUE, ids=_id)
 def test_file_has_its_conventions_exact_signature(entry):
-    impl = implementation(cat.spec(entry))
+    impl = _loaded(cat.spec(entry), "")  # as its signature declares
     assert impl.convention.name == entry["convention"]
     params = inspect.signature(impl.fn).parameters
     got = tuple((n, None if p.default is inspect.Parameter.empty else p.default) for n, p in params.items())
@@ -312,7 +318,7 @@ def test_defect_shows_exactly_under_its_trigger(entry):
     """Each Case of TRIGGERS (and each multi-dimension trigger's Case) through the file: the defects fail
     exactly the Cases of their triggers, as their effects say; everything else (the plain call included)
     passes. A control passes every Case. A defect of the plain Case fails it (and so nearly every Case)."""
-    impl = implementation(cat.spec(entry))
+    impl = implementation(entry)
     plain = plain_case(entry["recipe"])
     by_dims: dict[tuple[str, ...], list[str]] = {}
     for effect, trigger in visible_defects(entry):
@@ -364,7 +370,7 @@ def _cuda_entries(effect: str) -> list:
 def test_graph_capture(entry):
     """A control captures and replays in a CUDA graph; a file with a host sync fails the capture."""
     from conformance.test_graphs import captured, check_replay
-    impl = implementation(cat.spec(entry))
+    impl = implementation(entry)
     case = plain_case(entry["recipe"])
     syncs = any(e == "graph:sync" for e, _ in entry["defects"])
     if syncs:
@@ -411,5 +417,5 @@ def test_approximate_division(entry, bits, scale):
     case = plain_case(entry["recipe"]).replace(
         k_scale=Scale("tensor1", scale), v_scale=Scale("tensor1", scale),
         overrides=tuple(Override(t, i, bits, "next to an e4m3 tie") for t in "kv" for i in range(4)))
-    got = outcome(implementation(cat.spec(entry)), case)
+    got = outcome(implementation(entry), case)
     assert got == ("bytes" if entry["defects"] else ""), got

@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.conventions import VLLM
+from conformance.conventions import VLLM, VLLM_PADDED_KEYS
 from conformance.diagnosis.ablation import ABLATIONS
 from conformance.diagnosis.diagnose import Diagnoser, class_of
 from conformance.impls import Implementation
@@ -2492,8 +2492,10 @@ def _vllm_grid_from_keys(key, value, key_cache, value_cache, slot_mapping, kv_ca
 def test_keys_padded_past_slot_mapping_and_written_are_one_defect_of_the_padding() -> None:
     """vllm#13922: keys longer than slot_mapping under CUDA-graph padding. A kernel sized by the keys writes the
     first padded row at the entry after slot_mapping's last: a row past the batch, triggered by the padding."""
-    impl = Implementation("grid-from-keys", _vllm_grid_from_keys, {}, convention=VLLM, recipe="divide")
+    impl = Implementation("grid-from-keys", _vllm_grid_from_keys, {}, convention=VLLM_PADDED_KEYS, recipe="divide")
     case = _case(recipe="divide", k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7), padded_rows=3)
     [f] = Diagnoser(impl, CPU).diagnose(case)
     assert f.key == "overrun:rows@padded-keys" and "T taken from the keys" in f.title, (f.key, f.title)
     assert Diagnoser(impl, CPU).diagnose(case.replace(padded_rows=0)) == []
+    # vLLM's convention as detected takes one key a slot_mapping entry: the padded call is not made, and says how
+    assert "--convention vllm-padded-keys" in VLLM.why_not(case)

@@ -74,6 +74,8 @@ def run_entry(entry: dict[str, Any], cat: Any, out: Path, mode: str, jobs: str, 
     """One report: the expected and found keys, the verdict and the time."""
     spec = cat.spec(entry)
     args = [sys.executable, "-m", "tools.conformance", spec, "--out", str(out), "--jobs", jobs]
+    if entry.get("opt_in"):
+        args += ["--convention", entry["opt_in"]]
     if mode == "quick":
         args += QUICK + ["--families", QUICK_FAMILIES["cpu" if interpreted else "cuda"]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KVFP8_"))}

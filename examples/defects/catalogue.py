@@ -46,8 +46,12 @@ BASES: dict[str, tuple[str, str, str]] = {
 
 
 def _entry(file: str, title: str, defects: tuple[tuple[str, str], ...], models: str, needs: str = "cpu",
-           note: str = "", cpu_effects: dict[str, str] | None = None, causes: int | None = None) -> Entry:
+           note: str = "", cpu_effects: dict[str, str] | None = None, causes: int | None = None,
+           opt_in: str = "") -> Entry:
     """One catalogue entry; convention, function and recipe follow from the base (the file's prefix).
+
+    `opt_in`: a convention the report is run under (`--convention`), one the signature does not declare (vLLM's
+    `vllm-padded-keys`).
 
     `causes`: the independent defects (0 control, 1, 2 a pair); by default one per (effect, trigger).
     """
@@ -55,7 +59,8 @@ def _entry(file: str, title: str, defects: tuple[tuple[str, str], ...], models: 
     convention, function, recipe = BASES[base]
     return {"file": file, "function": function, "convention": convention, "base": base, "recipe": recipe,
             "defects": defects, "needs": needs, "models": models, "title": title, "note": note,
-            "cpu_effects": dict(cpu_effects or {}), "causes": len(defects) if causes is None else causes}
+            "cpu_effects": dict(cpu_effects or {}), "causes": len(defects) if causes is None else causes,
+            "opt_in": opt_in}
 
 
 CATALOGUE: list[Entry] = [
@@ -225,7 +230,7 @@ CATALOGUE: list[Entry] = [
            (("out-of-range:written", "out-of-range"),),
            "no issue of its own: ring-buffer slot arithmetic; related: vllm#13922"),
     _entry("triton_vllm_grid_from_keys.py", "the grid sized by the keys, not slot_mapping (keys padded past it)",
-           (("overrun:rows", "padded-keys"),), "vllm#13922 (fixing vllm#13418)"),
+           (("overrun:rows", "padded-keys"),), "vllm#13922 (fixing vllm#13418)", opt_in="vllm-padded-keys"),
     _entry("triton_vllm_pair_other_strides_inputs_ignored.py",
            "V written with K's cache strides; inputs' head and dim strides ignored",
            (("strides:other-cache", "cache-layouts-differ"), ("strides:inputs-heads-ignored", "strided-input")),
@@ -265,7 +270,8 @@ def markdown(catalogue: list[Entry] | None = None) -> str:
         keys = ", ".join(f"`{effect}@{trigger}`" for effect, trigger in e["defects"]) or "none (control)"
         if e["cpu_effects"]:
             keys += " (interpreter: " + ", ".join(f"`{v}`" for v in e["cpu_effects"].values()) + ")"
-        rows.append(f"| `{e['file']}` | {e['base']} | {e['convention']} | {e['recipe']} | {keys} | {e['needs']} "
+        convention = f"{e['convention']} (run as `--convention {e['opt_in']}`)" if e["opt_in"] else e["convention"]
+        rows.append(f"| `{e['file']}` | {e['base']} | {convention} | {e['recipe']} | {keys} | {e['needs']} "
                     f"| {e['models']} |")
     return "\n".join(rows)
 
