@@ -133,6 +133,13 @@ def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
     return kinds
 
 
+#: Dimensions whose failure needs more than one token as a consequence: the slots several tokens name, and the
+#: strides between tokens. Beside any other (H not a power of two, say), more than one token is a dimension of the
+#: trigger: a head loop that steps by the number of token programs leaves heads unwritten only where H and T are
+#: both above 2.
+MULTI_TOKEN_DIMENSIONS = frozenset({
+    "padding", "out-of-range", "duplicate-slots", "shared-page", "first-slot", "last-slot", "page-size", "strided-loc",
+    "loc-int32", "padded-keys", "strided-input", "input-layouts-differ", "strided-cache", "cache-layouts-differ"})
 #: Symptoms of the values written: a placement effect read under one of them changes symptom when the values do.
 VALUE_SYMPTOMS = frozenset({"values", "nan-sign", "zero-sign", "overflow"})
 #: Calls of one Case on a GPU before it counts as passing (see Diagnoser._run).
@@ -239,8 +246,8 @@ class Diagnoser:
             ran = [r for r in results if r is not None]
             if ran and not any(ran):
                 trigger.append(ablation.name)
-        if "many-tokens" in trigger and len(trigger) > 1:  # a consequence of the other trigger, not a cause
-            trigger.remove("many-tokens")
+        if "many-tokens" in trigger and set(trigger) & MULTI_TOKEN_DIMENSIONS:
+            trigger.remove("many-tokens")  # a consequence of the other trigger (slots of several tokens), not a cause
         if "last-slot" in trigger and "page-size" in trigger and self._last_slot_kept_fails(current, symptom):
             trigger.remove("page-size")  # another page size moved the last slot, not the cause
         for differ, strided, names in (("cache-layouts-differ", "strided-cache", ("k_cache_layout", "v_cache_layout")),
@@ -411,6 +418,8 @@ class Diagnoser:
             # undefined: a larger call can land the other way (seen on the H200 for padding at slot 0).
             return effect
         variants = [resized(case, "tokens", case.num_tokens + 2, from_end=before) for before in (False, True)]
+        if effect.key == "overrun:tile":  # and at twice D: a tile's lanes bounded by D fit a head left unwritten
+            variants.append(resized(case, "dim", 2 * case.head_dim))  # where D is 2 by chance
         finite = tuple(o for o in case.overrides if math.isfinite(from_bits(o.bits, case.input_dtype)))
         if finite != case.overrides:  # and without its NaNs and infinities: where a NaN makes every byte 0x7F (a
             variants.append(case.replace(overrides=finite))  # scale made from the data), inputs read from the
