@@ -1596,16 +1596,21 @@ def test_a_probe_failure_that_passes_on_replay_is_one_finding(tmp_path, monkeypa
     assert [f.key for f in found] == ["unclassified:no-repro"], [f.key for f in found]
 
 
-def test_one_exception_under_two_scale_kinds_is_one_defect() -> None:
-    """A kernel that takes V's scale kind from K's raises where the kinds differ: under a float scale in one
-    Case, a None one in another. One exception type, one defect; another type stays apart."""
+def test_one_effect_under_two_scale_kinds_is_one_defect() -> None:
+    """A kernel that takes V's scale kind from K's raises, or ignores V's scale, where the kinds differ: under a
+    float scale in one Case, a None one in another (held-out batch twenty-eight). One exception type, or one
+    effect on one cache, is one defect; another type, or the other cache's scale, stays apart."""
     from conformance.diagnosis.classify import Finding
-    from conformance.diagnosis.report import _merge_scale_kind_raises
+    from conformance.diagnosis.report import _merge_scale_kinds
+    details = {"scale:ignored@scale-kind:float": "v_cache, tensor1 scale", "scale:ignored@scale-kind:none":
+               "v_cache, float scale", "scale:ignored@scale-kind:tensor0d": "k_cache, tensor0d scale"}
     keys = ["raises:InterpreterError@scale-kind:float", "raises:InterpreterError@scale-kind:none",
-            "raises:TypeError@scale-kind:tensor0d"]
-    groups = {k: [(str(i), Finding("raises", k, k))] for i, k in enumerate(keys)}
-    _merge_scale_kind_raises(groups)
-    assert sorted(groups) == ["raises:InterpreterError@scale-kind:float", "raises:TypeError@scale-kind:tensor0d"]
+            "raises:TypeError@scale-kind:tensor0d", *details]
+    groups = {k: [(str(i), Finding(k.split(":")[0], k, k, facts={"detail": details.get(k, "")}))]
+              for i, k in enumerate(keys)}
+    _merge_scale_kinds(groups)
+    assert sorted(groups) == ["raises:InterpreterError@scale-kind:float", "raises:TypeError@scale-kind:tensor0d",
+                              "scale:ignored@scale-kind:float", "scale:ignored@scale-kind:tensor0d"]
 
 
 def _bf16(x: float) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.cachemap import CACHES
 from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, OUT_OF_MEMORY, Finding
@@ -303,7 +304,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_misread_unexplained(groups)
     _merge_storage_raise(groups)
     _attribute_unrepeatable(groups)
-    _merge_scale_kind_raises(groups)
+    _merge_scale_kinds(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
     _attribute_shared_memory(groups)
@@ -990,19 +991,22 @@ def _merge_storage_raise(groups: Groups) -> None:
         _move(groups, key, lambda _n, _f: (hosts[0], " (a view past its storage: the misread strides)"))
 
 
-def _merge_scale_kind_raises(groups: Groups) -> None:
-    """One exception under several scale kinds alone (a float k_scale, a None v_scale) is one defect: a kernel
-    that takes both scales' kind from one of them raises wherever the kinds differ, and which scale the
-    ablation moved back names the kind."""
-    by_type: dict[str, list[str]] = {}
+def _merge_scale_kinds(groups: Groups) -> None:
+    """One effect under several scale kinds alone (a float k_scale, a None v_scale) is one defect: a kernel
+    that takes both scales' kind from one of them raises, or ignores V's scale, wherever the kinds differ, and
+    which scale the ablation moved back names the kind. An effect on the bytes joins only under the same caches
+    (K's scale ignored for one kind and V's for another are two)."""
+    by_effect: dict[tuple[str, frozenset[str]], list[str]] = {}
     for key in groups:
         dims = trigger_set(key)
-        if class_of(key) == "raises" and len(dims) == 1 and next(iter(dims)).startswith("scale-kind:"):
-            by_type.setdefault(same_effect(key), []).append(key)
-    for keys in by_type.values():
+        if class_of(key) != "validation" and len(dims) == 1 and next(iter(dims)).startswith("scale-kind:"):
+            caches = frozenset(c for _, f in groups[key] for c in CACHES if c in str(f.facts.get("detail", "")))
+            by_effect.setdefault((same_effect(key), caches), []).append(key)
+    for keys in by_effect.values():
         host, *rest = sorted(keys)
+        why = " (another scale kind, the same exception)" if class_of(host) == "raises" else None
         for key in rest:
-            _move(groups, key, lambda _n, _f, host=host: (host, " (another scale kind, the same exception)"))
+            _move(groups, key, lambda _n, _f, host=host, why=why: (host, why))
 
 
 def _attribute_unrepeatable(groups: Groups) -> None:
