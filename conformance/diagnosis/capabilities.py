@@ -94,12 +94,13 @@ def _tokens(case: Case, draw: Draw) -> list[int]:
 
 
 def _padding(case: Case, draw: Draw) -> Case:
-    """Some tokens' slots made negative: half the time in one run of at least three slots, its first and last
-    kept and tokens inside it padded ((4, -1, 6): a kernel that takes a batch for one run from its endpoints
-    writes the padded token to slot 5), else any tokens of the plain Case. Shrinks to the run."""
+    """Some tokens' slots made negative: half the time in one run of at least four slots, its first and last
+    kept and tokens inside it padded ((4, -1, 6, 7): a kernel that takes a batch, or a tile of four tokens, for
+    one run from its endpoints writes the padded token to slot 5), else any tokens of the plain Case. Shrinks to
+    the run."""
     tokens, pages = case.num_tokens, case.num_pages
     if not draw(st.booleans(), label="padding_anywhere"):  # the run first: Hypothesis's simplest example
-        tokens = max(tokens, 3)
+        tokens = max(tokens, 4)
         pages = max(pages, -(-tokens // case.page_size))
         start = draw(st.integers(0, pages * case.page_size - tokens))
         loc = [start + i for i in range(tokens)]
