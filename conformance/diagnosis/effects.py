@@ -1460,6 +1460,8 @@ def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, t
     """Heads or dims permuted within each written slot: every written row holds the reference's bytes of its own
     token, with one permutation of its heads (or of each head's dims) for all tokens of a cache (a head index
     or a vector store's lanes computed wrongly)."""
+    if _too_many_to_move(case):
+        return None
     for axis, what, key in ((1, "head", "strides:heads-permuted"), (2, "dim", "strides:dims-permuted")):
         words = []
         for which in CACHES:
@@ -1467,7 +1469,7 @@ def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, t
             diff = exp != act
             if not diff.any():
                 continue
-            if (diff & ~written_mask(case, which)).any() or _too_many_to_move(case):
+            if (diff & ~written_mask(case, which)).any():
                 return None
             rows = _Rows(case, which, expected, actual, before)
             single = [s for s in rows.writers if len(rows.writers[s]) == 1]
@@ -1489,14 +1491,14 @@ def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, 
     """Whole tokens at other slots: every slot whose bytes are wrong holds its old bytes (left unwritten) or
     some token's reference bytes, and at least one holds a token's bytes somewhere else than that
     token's slot (a slot index computed wrongly: off by one, another token's, another page's)."""
+    if _too_many_to_move(case):
+        return None
     moves: list[tuple[int, int]] = []  # (token, slot it landed at)
     copies: list[bool] = []  # each move: whether the token's own slot holds its bytes too (a stray second store)
     for which in CACHES:
         exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
         if torch.equal(exp, act):
             continue
-        if _too_many_to_move(case):
-            return None
         rows = _Rows(case, which, expected, actual, before)
         outside = exp != act
         outside[rows.index.flatten()] = False
