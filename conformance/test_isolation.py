@@ -20,6 +20,7 @@ from kernel.reference import quantize
 from strategies.build import INPUT_GUARD, POISON_BITS, Built, build
 from strategies.case import Case
 from strategies.layouts import strided_layouts
+from strategies.locations import padded_rows
 
 
 def _run(case: Case, impl: Implementation, device: torch.device) -> tuple[Built, dict[str, torch.Tensor]]:
@@ -133,7 +134,7 @@ def test_keys_padded_past_cache_loc_write_cache_locs_tokens_alone(data, impl, de
     call writes cache_loc's tokens, bit-exact, and nothing of the rows past them (whole caches compared). A
     convention that takes one key a cache_loc entry is not held to it (a skip that says so)."""
     case = data.draw(impl.cases(), label="case")
-    case = case.replace(padded_rows=data.draw(st.integers(1, 8), label="padded_rows"))
+    case = case.replace(padded_rows=data.draw(padded_rows(), label="padded_rows"))
     reason = impl.convention.why_not(case)
     if reason:
         raise Inexpressible(reason)

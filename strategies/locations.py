@@ -125,3 +125,9 @@ def cache_locs(draw: st.DrawFn, num_tokens: int, num_slots: int, page_size: int,
         if hit:
             event(f"loc: {name}")
     return tuple(out)
+
+
+def padded_rows() -> st.SearchStrategy[int]:
+    """Rows of K and V past cache_loc's last entry (Case.padded_rows: vLLM's CUDA-graph padding, vllm#13922), 1 to
+    8; shrinks toward 1."""
+    return st.integers(1, 8)

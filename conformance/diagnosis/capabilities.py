@@ -37,7 +37,7 @@ from strategies._cache import sampled
 from strategies.case import SCALE_KINDS, Case, Override, Scale
 from strategies.fp import f32
 from strategies.layouts import strided_layouts
-from strategies.locations import INT_MAX, INT_MIN
+from strategies.locations import INT_MAX, INT_MIN, padded_rows
 from strategies.scales import scale_values
 
 Draw = Callable[[st.SearchStrategy], object]
@@ -114,7 +114,7 @@ def _padding(case: Case, draw: Draw) -> Case:
 
 def _padded_keys(case: Case, draw: Draw) -> Case:
     """K and V one to eight rows longer than cache_loc (a batch padded to a captured graph's size)."""
-    return case.replace(padded_rows=draw(st.integers(1, 8), label="padded_rows"))
+    return case.replace(padded_rows=draw(padded_rows(), label="padded_rows"))
 
 
 #: Tokens of the many-tokens row: 512 + 16, the tile tail of sglang#15522, past every power-of-two tile or
