@@ -10,6 +10,8 @@ not for passing.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -53,3 +55,20 @@ def test_report_names_exactly_the_catalogued_defects(entry, tmp_path):
                            extra_env={"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
     assert row["verdict"] == "exact", row
     assert row["recipe"] == entry["recipe"], row
+
+
+def test_longest_first_starts_the_slowest_saved_entries_first(monkeypatch, tmp_path):
+    """--longest-first orders the run by saved seconds, an entry never timed first; --skip-from still drops."""
+    files = [e["file"] for e in CAT.CATALOGUE[:4]]
+    saved = tmp_path / "rows.jsonl"
+    saved.write_text("".join(json.dumps({"file": f, "seconds": s}) + "\n" for f, s in zip(files[1:], (5.0, 50.0, 9.0))))
+    skipped = tmp_path / "done.jsonl"
+    skipped.write_text(json.dumps({"file": files[3], "seconds": 1.0}) + "\n")
+    started = []
+    monkeypatch.setattr(corpus, "run_entry", lambda entry, *_: started.append(entry["file"]) or
+                        {"file": entry["file"], "interrupted": True})
+    monkeypatch.setattr(corpus, "totals", lambda rows: {})
+    monkeypatch.setattr(corpus, "publish", lambda *_: 0)
+    corpus.main(["--needs", "cuda", "--only", ",".join(files), "--out", str(tmp_path / "out"),
+                 "--longest-first", str(saved), "--skip-from", str(skipped)])
+    assert started == [files[0], files[2], files[1]], started

@@ -137,6 +137,11 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], header: str) -
     return "\n".join(lines) + "\n"
 
 
+def _rows(files: str) -> list[dict[str, Any]]:
+    """The rows of comma-separated rows.jsonl files, in order."""
+    return [json.loads(line) for f in files.split(",") for line in Path(f).read_text().splitlines() if line]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _cli.parser("corpus", __doc__)
     parser.add_argument("--mode", choices=("quick", "full"), default="quick")
@@ -153,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-from", default="",
                         help="run only the entries without a row in these rows.jsonl files (comma-separated): "
                              "the rest of a run cut short")
+    parser.add_argument("--longest-first", default="",
+                        help="start the entries in decreasing order of their seconds in these rows.jsonl files "
+                             "(comma-separated; an entry without a row first): a run under a time limit then "
+                             "loses quick reports, not slow ones, and ends sooner")
     args = parser.parse_args(argv)
     if args.saved:
         latest = {}  # an entry in several files: the last file's row (a re-run after a fix)
@@ -171,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         entries = [e for e in entries if any(o in e["file"] for o in args.only.split(","))]
     if args.skip_from:
-        done_files = {json.loads(line)["file"] for f in args.skip_from.split(",")
-                      for line in Path(f).read_text().splitlines() if line}
+        done_files = {r["file"] for r in _rows(args.skip_from)}
         entries = [e for e in entries if e["file"] not in done_files]
+    if args.longest_first:
+        seconds = {r["file"]: r["seconds"] for r in _rows(args.longest_first)}
+        entries.sort(key=lambda e: -seconds.get(e["file"], float("inf")))
     if not entries:
         print("corpus: no entry selected", file=sys.stderr)
         return 2
