@@ -282,12 +282,22 @@ def _as_contiguous(s):
     return torch.as_strided(s, s.shape, (1,)) if s.numel() > 1 else s
 
 
+def _tile_of_two(index):
+    """One scale a tile of two heads, as a program holding two heads loads it: head h reads index(h)."""
+    def read(s):
+        return s[[min(index(h), s.numel() - 1) for h in range(s.numel())]] if s.numel() > 1 else s
+    return read
+
+
 @pytest.mark.parametrize(("read", "key", "step"), [(_first_head, "scale:per-head-first", 1),
                                                    (_heads_reversed, "scale:per-head-reversed", 1),
-                                                   (_as_contiguous, "scale:per-head-stride-ignored", 2)])
+                                                   (_as_contiguous, "scale:per-head-stride-ignored", 2),
+                                                   (_tile_of_two(lambda h: h - h % 2), "scale:per-head-tile-first", 1),
+                                                   (_tile_of_two(lambda h: h // 2), "scale:per-head-tile-index", 1)])
 def test_a_per_head_scale_read_wrong_is_named_by_how(read, key, step, tmp_path, monkeypatch):
-    """The twin passes (one scale a cache is read right); the [H] scale read as one head's, in reverse, or as
-    if contiguous gives every wrong byte of the reference with those scales: the cause, named."""
+    """The twin passes (one scale a cache is read right); the [H] scale read as one head's, in reverse, as if
+    contiguous, or one scale a tile of heads (the tile's first, or the one at the tile's index) gives every
+    wrong byte of the reference with those scales: the cause, named."""
     monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
     impl = _per_head_impl(_misread(read))
     case = _PER_HEAD_CASE.replace(cache_loc=(1, 0))

@@ -58,7 +58,7 @@ CELLS = {
     "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes", "carry-lost": "wrong bytes",
     "input-misread": "wrong bytes", "rounds-ties-toward-zero": "wrong bytes", "sign": "wrong bytes",
     "input-clamped": "wrong bytes", "rounds-sticky-lost": "wrong bytes", "overrun": "writes outside",
-    "subnormal-grid": "wrong bytes",
+    "subnormal-grid": "wrong bytes", "double-rounding": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -76,6 +76,7 @@ CLASS_TITLES = {
     "input-misread": "input dtype misread", "input-clamped": "input clamped before the scale",
     "rounds-sticky-lost": "rounding without sticky bits", "overrun": "writes past a head's row",
     "subnormal-grid": "subnormals on another format's grid",
+    "double-rounding": "double rounding through a 16-bit float",
 }
 NAN_BYTES = (0x7F, 0xFF)
 EDGE_BYTES = (0x7E, 0xFE, 0x7F, 0xFF)  # ±448 and the NaN bytes

@@ -709,7 +709,8 @@ EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding
 VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away",
                  "rounds-ties-toward-zero", "approximate-division",
                  "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign",
-                 "carry-lost", "input-misread", "sign", "input-clamped", "rounds-sticky-lost", "subnormal-grid")
+                 "carry-lost", "input-misread", "sign", "input-clamped", "rounds-sticky-lost", "subnormal-grid",
+                 "double-rounding")
 
 
 # -- keys: effect@trigger ---------------------------------------------------------------------------

@@ -94,6 +94,12 @@ TITLES = {
     "storage:or-old": "ORs its bytes into the slot's old bytes (a store that takes the cache to be zeroed)",
     "storage:added-to-old": "adds its bytes to the slot's old bytes, mod 256 (a scatter that accumulates, "
                             "`index_put_(..., accumulate=True)`, where it should store)",
+    "double-rounding:float16": "rounds each value to fp16 before the cast (two roundings: a value near a midpoint "
+                               "of the cache's grid can go the wrong way)",
+    "double-rounding:bfloat16": "rounds each value to bf16 before the cast (two roundings: a value near a midpoint "
+                                "of the cache's grid can go the wrong way)",
+    "input-clamped:dtype-max": "clamps its inputs to their dtype's largest finite value before the scale (±inf "
+                               "is written as ±max/s where the recipe writes the format's ±inf or ±max)",
     "input-clamped": "clamps its inputs to the format's range before the scale (past ±max it writes ±max/s where "
                      "the recipe gives x/s)",
     "scale:applied-twice": "scales its inputs twice (x / s / s: a pre-scaled tensor scaled again)",
@@ -878,6 +884,16 @@ def _input_clamped(rows: _Rows, held: str) -> torch.Tensor | None:
     return _quantized(rows.x.clamp(-fmax, fmax), _scale_value(rows.scale), held, rows.case.cache_format)
 
 
+def _inf_clamped(rows: _Rows, held: str) -> torch.Tensor | None:
+    """The held recipe's bytes with each input first clamped to its own dtype's largest finite value (a guard
+    against inf, `x.clamp(-finfo.max, finfo.max)`: ±inf becomes ±max/s, finite values stay); None when no
+    input is infinite."""
+    if not bool(rows.x.isinf().any()):
+        return None
+    top = torch.finfo(rows.x.dtype).max
+    return _quantized(rows.x.clamp(-top, top), _scale_value(rows.scale), held, rows.case.cache_format)
+
+
 def _or_old(rows: _Rows, held: str) -> torch.Tensor:
     """The held recipe's bytes ORed into the old bytes of each token's slot."""
     q = rows.q(held).clone()
@@ -895,6 +911,15 @@ def _subnormal_grid(rows: _Rows, held: str, emin: int) -> torch.Tensor:
     y = _pre_cast(rows, held)
     coarse = round_to_grid(y, dataclasses.replace(fmt, min_normal_exp=emin)).to(torch.float32)
     return encode_fp8(torch.where(y.abs() < 2.0**emin, coarse, y), get_recipe(held), fmt).cpu()
+
+
+def _through(rows: _Rows, held: str, dtype: torch.dtype) -> torch.Tensor:
+    """The held recipe's fp32 value rounded (RNE) to a 16-bit float before the cast: two roundings, where a
+    value within half a 16-bit ulp of a midpoint of the cache's grid lands on it and goes to even (an encoder
+    that converts through `__half`, or a quotient stored as bf16/fp16 first)."""
+    y = _pre_cast(rows, held)
+    fmt = CACHE_FORMATS[rows.case.cache_format]
+    return encode_fp8(torch.where(y.isnan(), y, y.to(dtype).to(torch.float32)), get_recipe(held), fmt).cpu()
 
 
 def _added_to_old(rows: _Rows, held: str) -> torch.Tensor:
@@ -1193,6 +1218,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     clamped = _input_clamped(rows, held)
     if clamped is not None:
         yield "input-clamped", lambda: clamped
+    inf_clamped = _inf_clamped(rows, held)
+    if inf_clamped is not None:
+        yield "input-clamped:dtype-max", lambda: inf_clamped
     own = _scale_value(rows.scale)
     for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
         if own < floor:  # the floor in the key, so that re-drawn calls must show the same one
@@ -1234,6 +1262,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for fmt in CACHE_FORMATS:  # bytes of another format (a uint8 cache taken to hold e5m2, say)
         if fmt not in (case.cache_format, "fp8_e4m3"):
             yield f"format:{fmt.removeprefix('fp8_')}-bytes", lambda fmt=fmt: _other_format(rows, held, fmt)
+    for dtype in (torch.float16, torch.bfloat16):
+        yield f"double-rounding:{str(dtype).split('.')[1]}", lambda dtype=dtype: _through(rows, held, dtype)
     saturated = _saturated_low(w, held)
     if saturated is not None:  # the bound in the key: re-drawn calls must show the same one
         yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]

@@ -4,8 +4,9 @@ A per-head property's Case holds one scale a cache; its [H] scales travel in the
 (conformance/test_per_head.py, `per_tensor_twin`). Where the same call with per-tensor scales conforms, the
 defect is in how the [H] scale is read, and the real ways to read it wrong are few: one head's scale for every
 head, the heads in the other order, the tensor read as contiguous (a strided view's gaps), the scale held in
-the input dtype, or the other cache's [H] scale. Each is a reference call with other per-head scales; one
-that gives every byte of the wrong cache names the cause. None: no such reading explains it.
+the input dtype, the other cache's [H] scale, or one scale a tile of heads (the tile's first head's, or the
+one at the tile's index, as a program that loads `scale[pid_h]` reads it). Each is a reference call with
+other per-head scales; one that gives every byte of the wrong cache names the cause. None: no such reading explains it.
 """
 
 from __future__ import annotations
@@ -55,12 +56,28 @@ def _other_cache(_values: Values, _step: int, _dtype: str, other: Values | None)
     return other
 
 
+def _tiled(heads: int, index: Callable[[int], int]) -> Callable[[Values, int, str, Values | None], Values | None]:
+    """A kernel that loads one scale a tile of `heads` heads: head h gets values[index(h)]."""
+    def reading(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
+        if len(values) <= heads:
+            return None  # one tile: the first head's scale for all, which _first already reads
+        return tuple(values[min(index(h), len(values) - 1)] for h in range(len(values)))
+    return reading
+
+
+# Tiles of 2 to 64 heads, as a Triton program's BLOCK_H makes them.
+TILES = tuple(2 ** i for i in range(1, 7))
+
 READINGS: tuple[Reading, ...] = (
     ("scale:per-head-first", "scales every head by the first head's scale", _first),
     ("scale:per-head-reversed", "scales head h by head H-1-h's scale", _reversed),
     ("scale:per-head-stride-ignored", "reads a strided [H] scale as if contiguous", _contiguous),
     ("scale:per-head-rounded", "holds the per-head scales in the input dtype", _input_dtype),
     ("scale:per-head-other-cache", "scales one cache by the other cache's per-head scales", _other_cache),
+    *(("scale:per-head-tile-first", f"scales each tile of {g} heads by its first head's scale",
+       _tiled(g, lambda h, g=g: h - h % g)) for g in TILES),
+    *(("scale:per-head-tile-index", f"scales each tile of {g} heads by the scale at the tile's index (h // {g})",
+       _tiled(g, lambda h, g=g: h // g)) for g in TILES),
 )
 
 _SCALES = re.compile(r"per-head scales: (\{[^\n]*?\}); per-tensor twin")

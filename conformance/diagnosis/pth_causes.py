@@ -8,7 +8,9 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - one amax over all of a token's heads (a per-token scale where the recipe has one a head);
 - NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
 - the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
-- no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681).
+- no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681);
+- the scale computed in the input dtype (bf16/fp16 torch ops on the un-widened amax): its quotient and its
+  floor rounded to that dtype, then widened.
 None: no such rule explains it.
 """
 
@@ -21,7 +23,9 @@ import torch
 
 from conformance.diagnosis.classify import Finding
 from kernel.per_token_head import (
+    FLOOR_FLASHINFER,
     FLOOR_ON,
+    FLOOR_VLLM,
     get_pth_recipe,
     head_scales,
     make_pth_plan,
@@ -47,6 +51,24 @@ def _nan_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
 def _floored(where: str) -> Scales:
     """The recipe's rule with its floor on the amax ("amax"), on the scale ("scale"), or none ("none")."""
     return lambda x32, recipe: head_scales(x32, recipe, floor_on=where)
+
+
+def _in_dtype(dtype: torch.dtype) -> Scales:
+    """The recipe's rule in `dtype`, as torch computes `amax / 448` and the floor's compare on a bf16/fp16 amax:
+    each operation in fp32, rounded to the dtype; the scale widened after."""
+    def scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+        def r(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dtype).to(torch.float32)
+        nan = torch.isnan(x32)
+        amax = torch.where(nan, 0.0, x32.abs()).amax(-1)  # exact: |x| and max are exact in the dtype
+        floor = r(torch.tensor(FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER, device=x32.device))
+        if FLOOR_ON[recipe.rule] == "amax":
+            s = r(torch.where(amax < floor, floor, amax) / 448.0)
+        else:
+            s = r(amax / 448.0)
+            s = torch.where(s < floor, floor, s)
+        return torch.where(nan.any(-1), torch.nan, s)
+    return scales
 
 
 #: key, title, scale rule; the floor the recipe itself has (FLOOR_ON) is skipped for it.
@@ -104,9 +126,13 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
         return None
     cases, got = zip(*[(c, g) for c, g in zip(cases, got) if g is not None])
     held = get_pth_recipe(pc.mode)
+    rules = list(RULES)
+    if pc.case.input_dtype in ("bfloat16", "float16"):
+        rules.append(("per-token-head:scale-in-input-dtype", f"computes each head's scale in {pc.case.input_dtype} "
+                      "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
         plain = [_reference_with(c, device, recipe, head_scales) for c in cases]
-        for key, title, scales in RULES:
+        for key, title, scales in rules:
             if key == f"per-token-head:floor-on-{FLOOR_ON[recipe.rule]}":
                 continue
             want = [_reference_with(c, device, recipe, scales) for c in cases]
