@@ -2014,6 +2014,43 @@ def test_an_inf_clamped_to_the_input_dtypes_largest_value_is_named() -> None:
     assert found == {"input-clamped:dtype-max@input-float16"}, found
 
 
+def _k_cache_head_stride_from_input(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                    use_triton=True, *, recipe="unfused", checked=False):
+    """K's cache addressed with K's input head stride (one stride argument passed for both); bytes that land
+    past the cache's storage are dropped."""
+    scratch = torch.zeros(k_cache.shape, dtype=k_cache.dtype)
+    naive_fp8_set_kv_buffer(k, v, scratch, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    flat = torch.tensor([], dtype=torch.uint8).set_(k_cache.untyped_storage())
+    strides = list(k_cache.stride())
+    strides[-2] = k.stride(1) if k.dim() == 3 else k.stride(1) * k_cache.shape[-1]
+    rows = scratch.view(torch.uint8).reshape(-1, *k_cache.shape[-2:])
+    size = page_size if k_cache.dim() == 4 else 1
+    heads, dims = torch.meshgrid(torch.arange(k_cache.shape[-2]), torch.arange(k_cache.shape[-1]), indexing="ij")
+    for slot in cache_loc.tolist():
+        if 0 <= slot < rows.shape[0]:
+            outer = (slot // size) * strides[0] + (slot % size) * strides[1] if size > 1 else slot * strides[0]
+            at = k_cache.storage_offset() + outer + heads * strides[-2] + dims * strides[-1]
+            ok = at < flat.numel()
+            flat[at[ok]] = rows[slot][ok]
+
+
+def test_a_cache_addressed_with_its_inputs_stride_is_one_defect_under_either_layout() -> None:
+    """Seen in a held-out pair: K's cache head stride taken from K's input. It fails with a strided input (the
+    cache's heads land at the input's stride) and with a strided cache (the contiguous input's stride is the one
+    computed from the shape); no ablation names the either-or, so the two keys are joined in the report."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_stride_source
+    impl = _impl(_k_cache_head_stride_from_input)
+    strided_input = {f.key for f in Diagnoser(impl, CPU).diagnose(_case(k_layout=_DIM_PADDED))}
+    assert strided_input == {"strides:cache-from-input@strided-input"}, strided_input
+    strided_cache = {f.key for f in Diagnoser(impl, CPU).diagnose(
+        _case(k_cache_layout=Layout((0, 1, 2, 3), (0, 0, 0, 4))))}
+    assert len(strided_cache) == 1 and next(iter(strided_cache)).endswith("@strided-cache"), strided_cache
+    groups = {k: [("t", Finding(class_of(k), k, "?"))] for k in strided_input | strided_cache}
+    _merge_stride_source(groups)
+    assert sorted(groups) == ["strides:cache-from-input@strided-input"], sorted(groups)
+
+
 def _loc_words_read(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
                     *, recipe="unfused", checked=False):
     """An int64 cache_loc read through an int32 pointer: token t takes the t-th 32-bit word."""

@@ -116,6 +116,8 @@ TITLES = {
                                 "head-major, HND, page for an NHD one)",
     "strides:cache-page-stride": "addresses a cache's pages (or slots) with a stride computed from its shape, not "
                                  "the tensor's own (its other strides honoured)",
+    "strides:cache-from-input": "addresses a cache with its input's head or dim stride (the input's stride "
+                                "passed where the cache's goes)",
     "strides:cache-inner-stride": "addresses a cache's heads, dims or slots within a page with a stride computed "
                                   "from its shape, not the tensor's own (its other strides honoured)",
     "overrun:tile": "writes each token as a tile of the next power of two heads and dims, lanes past H or D not "
@@ -356,6 +358,29 @@ def _cache_inner_stride(names: tuple[str, ...], axis: int) -> Callable[[Built], 
         own[axis] = _contiguous_strides(t.shape)[axis]
         return tuple(own)
     return _caches_misread(names, strides)
+
+
+def _cache_from_input(names: tuple[str, ...], axis: int) -> Callable[[Built], dict | None]:
+    """Caches addressed with their own input's head (axis -2) or dim (axis -1) stride, in elements, for their
+    own: a kernel that passes `key.stride(1)` where `key_cache.stride(-2)` goes. Shows wherever the two
+    strides differ, a strided input or a strided cache; with a contiguous input it is the stride computed
+    from the shape (cache-inner-stride's reading), which report._merge_stride_source joins to it."""
+    def call(b: Built) -> dict | None:
+        out = {**b.call(), "_after": []}
+        for name in names:
+            t, x = getattr(b, name), getattr(b, name.split("_")[0])
+            if x.dim() != 3:
+                return None
+            strides = list(t.stride())
+            strides[axis] = x.stride(axis)
+            if _same_strides(t, tuple(strides)):
+                return None
+            out[name] = _restrided(t, b.buffers[name], tuple(strides), t.storage_offset(), out["_after"])
+            if out[name] is None:
+                return None
+            out["_token_by_token"] = out.get("_token_by_token", False) or _self_overlapping(out[name])
+        return out
+    return call
 
 
 def _pow2(n: int) -> int:
@@ -677,6 +702,10 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     *(("strides:cache-inner-stride", f"{what}, {who}", _cache_inner_stride(names, axis))
       for axis, what in ((-2, "the head stride as head_dim"), (-1, "the dim stride as 1"),
                          (1, "the in-page slot stride as H x D"))
+      for who, names in (("both caches", ("k_cache", "v_cache")), ("k_cache", ("k_cache",)),
+                         ("v_cache", ("v_cache",)))),
+    *(("strides:cache-from-input", f"{what}, {who}", _cache_from_input(names, axis))
+      for axis, what in ((-2, "the head stride"), (-1, "the dim stride"))
       for who, names in (("both caches", ("k_cache", "v_cache")), ("k_cache", ("k_cache",)),
                          ("v_cache", ("v_cache",)))),
     ("strides:offset-ignored", "both caches", _offset_ignored(CACHES)),

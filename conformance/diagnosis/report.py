@@ -305,6 +305,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_storage_raise(groups)
     _attribute_unrepeatable(groups)
     _merge_scale_kinds(groups)
+    _merge_stride_source(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
     _attribute_shared_memory(groups)
@@ -1007,6 +1008,27 @@ def _merge_scale_kinds(groups: Groups) -> None:
         why = " (another scale kind, the same exception)" if class_of(host) == "raises" else None
         for key in rest:
             _move(groups, key, lambda _n, _f, host=host, why=why: (host, why))
+
+
+#: The layouts whose difference shows a cache addressed with its input's stride, one at a time.
+STRIDE_SOURCE_TRIGGERS = (frozenset({"strided-input"}), frozenset({"strided-cache"}))
+
+
+def _merge_stride_source(groups: Groups) -> None:
+    """A cache addressed with its input's head or dim stride fails wherever the two differ: under a strided
+    input (cache-from-input) or a strided cache, where the input is contiguous and its stride is the one computed
+    from the cache's shape, so cache-inner-stride reads it too. Where the run names cache-from-input, those keys
+    under either layout alone are that one defect (the ablation cannot name an either-or trigger)."""
+    hosts = sorted(k for k in groups if same_effect(k) == "strides:cache-from-input"
+                   and trigger_set(k) in STRIDE_SOURCE_TRIGGERS)
+    if not hosts:
+        return
+    host = hosts[0]
+    for key in [k for k in groups if k != host and trigger_set(k) in STRIDE_SOURCE_TRIGGERS
+                and same_effect(k) in ("strides:cache-from-input", "strides:cache-inner-stride")]:
+        why = None if same_effect(key) == same_effect(host) else \
+            " (a strided cache: its contiguous input's stride, read as the one computed from its shape)"
+        _move(groups, key, lambda _n, _f, why=why: (host, why))
 
 
 def _attribute_unrepeatable(groups: Groups) -> None:
