@@ -306,6 +306,27 @@ def test_a_per_head_scale_read_wrong_is_named_by_how(read, key, step, tmp_path, 
     assert finding.key == key, finding
 
 
+def _first_head_and_loc_stride_ignored(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+                                       v_scale):
+    """Two defects: slot_mapping read as if contiguous, and every head scaled by the first head's scale."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    slots = torch.as_strided(slot_mapping, slot_mapping.shape, (1,))
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slots, kv_cache_dtype, _first_head(k_scale),
+                            _first_head(v_scale))
+
+
+def test_a_per_head_defect_behind_its_twins_defect_is_named_too(tmp_path, monkeypatch):
+    """The per-head Case has a strided cache_loc, which the per-tensor twin fails on (a defect of its own); with
+    that trigger moved back (cache_loc contiguous) the twin passes and the per-head call still fails: the [H]
+    scale read wrong is a second defect, not hidden behind the first (a held-out Triton kernel's report)."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_first_head_and_loc_stride_ignored)
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), loc_step=2)
+    keys = {f.key for f in _findings(_per_head_message(impl, case, {"v_scale": (0.5, 2.0, 0.3)}, 1), "test_per_head",
+                                     impl)}
+    assert keys == {"strides:cache-loc-ignored@strided-loc", "scale:per-head-first"}, keys
+
+
 # -- k and v sharing memory ----------------------------------------------------------------------------
 
 def v_is_k_shortcut(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,

@@ -933,7 +933,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
             for f in found:
                 f.replayable = False
                 f.facts = {**f.facts, "symptom": "the same with per-head scales"}
-            return found
+            from conformance.diagnosis.per_head import beyond_twin
+            return found + beyond_twin(twin, [f.key for f in found], message, impl, device)
         if "raises on a valid call" in what:
             return [raised(message.split("\n", 1)[-1])]
         from conformance.diagnosis.per_head import per_head_cause, per_head_scales

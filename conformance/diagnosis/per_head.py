@@ -105,6 +105,44 @@ def _bytes(built: Built, cache: str) -> torch.Tensor:
     return built.buffers[cache].cpu().reshape(-1).view(torch.uint8)
 
 
+def per_head_fails(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+                   device: torch.device) -> bool:
+    """Whether the call with these [H] scales raises or writes other bytes than the reference."""
+    actual, error = run_impl(case, impl, device, _with(case, device, values, step))
+    if error:
+        return True
+    expected = run_reference(case, device, _with(case, device, values, step))
+    return any(not torch.equal(_bytes(expected, c), _bytes(actual, c)) for c in ("k_cache", "v_cache"))
+
+
+def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementation,
+                device: torch.device) -> list[Finding]:
+    """A per-head failure whose per-tensor twin fails too is the twin's defect, unless the per-head scales are
+    wrong as well: the twin with its defects' triggers moved back to the plain call (a strided cache_loc made
+    contiguous, say) passes, and the per-head call on it still fails. Then that is a second defect, named by
+    per_head_cause ([] otherwise). Seen: a held-out kernel ignoring cache_loc's stride hid its per-head bug."""
+    from conformance.diagnosis.ablation import BY_NAME
+    from conformance.diagnosis.diagnose import Diagnoser, trigger_set
+    found = per_head_scales(message)
+    if found is None:
+        return []
+    values, step = found
+    cleaned = twin
+    for dim in sorted({d for k in twin_keys for d in trigger_set(k)}):
+        ablation = BY_NAME.get(dim)
+        if ablation is None or not ablation.keeps_shape or ablation.value:
+            return []  # a trigger the [H] scales cannot be kept through: no clean twin
+        cleaned = next(iter(ablation.variants(cleaned, impl.convention.plain_scale_kind)), cleaned)
+    if cleaned == twin:
+        return []
+    replay = Diagnoser(impl, device).replay(cleaned)
+    if replay is None or replay.error or replay.symptoms or not per_head_fails(cleaned, values, step, impl, device):
+        return []
+    cause = per_head_cause(cleaned, values, step, impl, device)
+    return [cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
+                             replayable=False)]
+
+
 def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Implementation,
                    device: torch.device) -> Finding | None:
     """The one wrong reading of the [H] scales that gives every byte of each cache the call got wrong."""
