@@ -2568,6 +2568,18 @@ def test_tokens_moved_under_an_extreme_scale_and_a_padded_cache_are_keyed_by_t()
     assert keys == ["wrong-slot:tokens-moved@tokens-above:4"], keys
 
 
+def test_tokens_moved_in_a_cache_of_many_slots_are_named() -> None:
+    """Seen on an H100: the page-size ablation keeps T, so a minimal Case of 257 tokens on pages of 16 held 2 MiB
+    of slots, past the moved models' old 1 MiB bound, and the moved tokens went unexplained (or, at an extreme
+    scale, read as a sign rule)."""
+    case = Case(num_tokens=6, num_heads=2, head_dim=64, page_size=16, num_pages=1100,
+                cache_loc=(3, 4000, 7700, 9, 17000, 1), k_scale=Scale("tensor1", 0.7), v_scale=Scale("tensor1", 1.5),
+                seed=9, recipe="unfused")
+    assert case.num_slots * case.num_heads * case.head_dim > 2 << 20
+    keys = [f.key for f in Diagnoser(_impl(_rows_from_zero_past_four), CPU).diagnose(case)]
+    assert keys == ["wrong-slot:tokens-moved@tokens-above:4"], keys
+
+
 def _vllm_grid_from_keys(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     """vLLM's convention, T taken from the keys: past slot_mapping's end, its entries are read from whatever follows."""
     loc = slot_mapping.as_strided((key.shape[0],), slot_mapping.stride(), slot_mapping.storage_offset())
