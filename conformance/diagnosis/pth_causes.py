@@ -9,6 +9,7 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
 - the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
 - no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681);
+- the signed maximum for the amax (`x.amax(-1)`, the abs left out);
 - the scale computed in the input dtype (bf16/fp16 torch ops on the un-widened amax): its quotient and its
   floor rounded to that dtype, then widened.
 None: no such rule explains it.
@@ -48,6 +49,16 @@ def _nan_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     return head_scales(torch.where(torch.isnan(x32), 0.0, x32), recipe)
 
 
+def _signed_amax(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule on the signed maximum (`x.amax(-1)`, the abs left out): a head whose largest magnitude
+    is negative gets a smaller scale, or the floor when all its values are negative."""
+    nan = torch.isnan(x32)
+    top = torch.where(nan, -torch.inf, x32).amax(-1)
+    head = torch.zeros_like(x32)
+    head[..., 0] = top.clamp(min=0)  # a head whose one value is that maximum (or 0): the recipe's rule on it
+    return torch.where(nan.any(-1), torch.nan, head_scales(head, recipe))
+
+
 def _floored(where: str) -> Scales:
     """The recipe's rule with its floor on the amax ("amax"), on the scale ("scale"), or none ("none")."""
     return lambda x32, recipe: head_scales(x32, recipe, floor_on=where)
@@ -79,6 +90,8 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:floor-on-amax", "floors the amax, where the recipe floors the scale", _floored("amax")),
     ("per-token-head:floor-on-scale", "floors the scale, where the recipe floors the amax", _floored("scale")),
     ("per-token-head:no-floor", "has no floor: an all-zero head's scale is 0, and 0/0 is NaN", _floored("none")),
+    ("per-token-head:amax-signed", "takes each head's signed maximum, not its largest magnitude (the abs left out)",
+     _signed_amax),
 )
 
 
