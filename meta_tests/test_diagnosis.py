@@ -2088,6 +2088,28 @@ def test_what_nothing_explains_under_a_shape_of_its_own_is_a_defect_of_its_own()
         assert sorted(joined) == ["wrong-slot:tokens-moved@page-size"], (unexplained, sorted(joined))
 
 
+def test_what_nothing_explains_beside_several_defects_goes_to_the_one_sharing_its_shape() -> None:
+    """Held-out batch thirty's pair: a recipe of e5m2 caches alone and a NaN sign of fp8 caches; an e5m2 fp8 cache
+    at a tiny scale shows both, which nothing explains. It goes under the defect whose trigger shares its e5m2
+    cache; sharing no shape dimension with any, or as many with two, it stays a defect of its own."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_unexplained
+
+    def groups(*keys):
+        return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
+    pair = groups("rounding:single@cache-e5m2+cache-uint8", "encoding:nan-sign@any",
+                  "wrong-bytes:unexplained@cache-e5m2+scale-value")
+    _attribute_unexplained(pair)
+    assert sorted(pair) == ["encoding:nan-sign@any", "rounding:single@cache-e5m2+cache-uint8"], sorted(pair)
+    for alone in ("wrong-slot:unexplained@cache-e5m2+values", "wrong-bytes:unexplained@strided-input"):
+        apart = groups("strides:cache-inner-stride@strided-cache", "rounding:single@cache-uint8", alone)
+        _attribute_unexplained(apart)
+        assert alone in apart, (alone, sorted(apart))
+    tied = groups("rounding:single@cache-e5m2", "zero-sign:plus@cache-e5m2", "wrong-bytes:unexplained@cache-e5m2")
+    _attribute_unexplained(tied)
+    assert "wrong-bytes:unexplained@cache-e5m2" in tied, sorted(tied)
+
+
 def _wraps_written_first(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                          use_triton=True, *, recipe="unfused", checked=False):
     """Out-of-range slots wrapped modulo the number of slots, those tokens written before the in-range ones: where a
