@@ -2110,6 +2110,24 @@ def test_what_nothing_explains_beside_several_defects_goes_to_the_one_sharing_it
     assert "wrong-bytes:unexplained@cache-e5m2" in tied, sorted(tied)
 
 
+def _skipped_zero_slot_0(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """Tokens that write nothing store zeros at slot 0 (an unpredicated store of `where(valid, q, 0)`)."""
+    n = k_cache.shape[0] * (page_size if k_cache.dim() == 4 else 1)
+    skip = (cache_loc < 0) | (cache_loc >= n)
+    k, v = k.clone(), v.clone()
+    k[skip], v[skip] = 0, 0
+    _reference(k, v, k_cache, v_cache, torch.where(skip, 0, cache_loc), k_scale, v_scale, page_size, recipe=recipe)
+
+
+def test_tokens_that_write_nothing_zeroing_slot_0_are_named() -> None:
+    """Held-out batch thirty's SGLang Triton write: padding rows sent to a dummy slot 0 with an unpredicated store
+    of zeros. Before the model, the tile model of rows past the batch stored as zeros at slot 0 fit it."""
+    case = _case(cache_loc=(5, -1, 9))
+    found = [f.key for f in Diagnoser(_impl(_skipped_zero_slot_0), CPU).diagnose(case)]
+    assert found == ["wrong-slot:slot-0-zeroed@padding"], found
+
+
 def _wraps_written_first(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                          use_triton=True, *, recipe="unfused", checked=False):
     """Out-of-range slots wrapped modulo the number of slots, those tokens written before the in-range ones: where a

@@ -140,6 +140,8 @@ TITLES = {
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
                             "(indexed from the end, as a floor division or a negative index does)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
+    "wrong-slot:slot-0-zeroed": "writes zeros to slot 0 for each token that writes nothing (padding, out of range): an "
+                            "unpredicated store of `where(valid, q, 0)` at a dummy slot 0",
     "padding:slots-compacted": "writes token i to the i-th non-negative slot (padding dropped from cache_loc but "
                                "not from the inputs)",
     "out-of-range:written": "writes tokens whose slot is out of range instead of skipping them",
@@ -562,6 +564,22 @@ def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built
     return call
 
 
+def _zeros_at_slot_0(b: Built) -> dict | None:
+    """Each token that writes nothing (padding, out of range) stores zeros at slot 0 instead, in token order: an
+    unpredicated store of `where(valid, q, 0)` at `where(valid, loc, 0)` (slot 0 taken for a dummy slot)."""
+    loc = b.cache_loc.to(torch.int64)
+    skip = (loc < 0) | (loc >= b.case.num_slots)
+    if not bool(skip.any()) or b.case.num_slots == 0:
+        return None
+    out = b.call()
+    for name in ("k", "v"):
+        x = getattr(b, name).clone()
+        x[skip.to(x.device)] = 0
+        out[name] = x
+    out["cache_loc"] = torch.where(skip, torch.zeros_like(loc), loc).to(b.cache_loc.dtype)
+    return out
+
+
 def _winners(loc: torch.Tensor, n: int) -> list[torch.Tensor]:
     """Where a misread cache_loc sends several tokens to one slot: cache_locs with one of them kept at each such
     slot (the others skipped as padding), the i-th of each slot's tokens in the i-th; [] without such a slot."""
@@ -724,6 +742,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
     ("padding:slots-compacted", "", _slots(_compacted)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
+    ("wrong-slot:slot-0-zeroed", "", _zeros_at_slot_0),
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
                                                                                                      loc))),
