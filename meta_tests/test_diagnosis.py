@@ -2128,6 +2128,35 @@ def test_tokens_that_write_nothing_zeroing_slot_0_are_named() -> None:
     assert found == ["wrong-slot:slot-0-zeroed@padding"], found
 
 
+def _e5m2_inf_kept(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False, cache_dtype=None):
+    """e5m2 with infinite quotients kept as ±inf (0x7C, 0xFC), finite overflow saturated."""
+    from kernel.plan import make_plan
+    from kernel.reference import scaled
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    for x, cache, scale in ((k, k_cache, plan.k_scale), (v, v_cache, plan.v_scale)):
+        if cache.dtype != torch.float8_e5m2:  # e4m3 has no inf: its path is right
+            continue
+        y = scaled(x, scale, plan.recipe)
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[-2:])
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0]:
+                inf = y[t].isinf()
+                rows[slot][inf] = torch.where(y[t][inf] < 0, 0xFC, 0x7C).to(torch.uint8)
+
+
+def test_an_infinite_quotient_kept_as_e5m2_inf_is_named() -> None:
+    """Held-out batch thirty's vLLM Triton write kept e5m2's inf for an infinite quotient and saturated finite
+    overflow; 0x7C is one step past 0x7B, so approximate-division read it before the model. A Case whose only
+    overflow is infinite cannot tell it from a cast without saturation (encoding:overflow-inf, tried first)."""
+    case = _case(recipe="divide", cache_dtype="float8_e5m2", cache_format="fp8_e5m2", k_scale=Scale("tensor1", 1.0),
+                 overrides=(Override("k", 1, 0x7F80, "inf"), Override("k", 2, 0xFF80, "-inf"),
+                            Override("k", 3, 0x476A, "59904")))  # a finite quotient past 57344, saturated
+    found = [f.key for f in Diagnoser(_impl(_e5m2_inf_kept, "divide"), CPU).diagnose(case)]
+    assert [k.split("@")[0] for k in found] == ["encoding:inf-kept"], found
+
+
 def _wraps_written_first(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                          use_triton=True, *, recipe="unfused", checked=False):
     """Out-of-range slots wrapped modulo the number of slots, those tokens written before the in-range ones: where a

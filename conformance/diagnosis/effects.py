@@ -89,6 +89,8 @@ TITLES = {
     "scale:held-float16": "holds the scale in float16 (rounds it before using it)",
     "scale:held-bfloat16": "holds the scale in bfloat16 (rounds it before using it)",
     "scale:power-of-two": "rounds its scale up to a power of two before using it (a UE8M0 scale's ceil)",
+    "encoding:inf-kept": "writes an infinite quotient as the format's ±inf where the recipe saturates (finite "
+                         "overflow saturated: a cast that propagates inf)",
     "encoding:overflow-inf": "writes ±inf past the format's range where the recipe saturates (a cast without "
                              "saturation)",
     "storage:or-old": "ORs its bytes into the slot's old bytes (a store that takes the cache to be zeroed)",
@@ -922,6 +924,19 @@ def _overflow_inf(rows: _Rows, held: str) -> torch.Tensor:
                       CACHE_FORMATS[rows.case.cache_format]).cpu()
 
 
+def _inf_kept(rows: _Rows, held: str) -> torch.Tensor | None:
+    """The held recipe's bytes with each infinite quotient written as the format's ±inf, finite ones saturated
+    (hip's `__HIP_SATFINITE` style: "propagate NaN/inf, no clipping"); None where no quotient is infinite."""
+    y = _pre_cast(rows, held)
+    inf = y.isinf()
+    if not bool(inf.any()):
+        return None
+    fmt = CACHE_FORMATS[rows.case.cache_format]
+    plus = encode_fp8(torch.tensor([float("inf")]), dataclasses.replace(get_recipe(held), overflow="nan"), fmt).cpu()
+    signed = torch.where(y < 0, plus | 0x80, plus)
+    return torch.where(inf, signed, rows.q(held))
+
+
 def _input_clamped(rows: _Rows, held: str) -> torch.Tensor | None:
     """The held recipe's bytes with each input first clamped to the format's largest finite value (a guard put on
     the input instead of the quotient: past it, x/s is ±max/s where the recipe saturates at ±max); None when no
@@ -1249,6 +1264,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "scale:power-of-two", lambda: [rows.q(r, up) for r in RECIPES for up in sorted(ups)]
     if case.cache_format == "fp8_e5m2":  # e5m2 has infinities: a cast without saturation writes them
         yield "encoding:overflow-inf", lambda: _overflow_inf(rows, held)
+        kept = _inf_kept(rows, held)
+        if kept is not None:
+            yield "encoding:inf-kept", lambda: kept
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
     other_nan = _other_nan_mask(rows, held)
