@@ -80,6 +80,12 @@ def _case(**changes) -> Case:
     return base.replace(**changes)
 
 
+def _groups(*keys: str) -> dict:
+    """A report's groups of one finding a key, for the report's rules."""
+    from conformance.diagnosis.classify import Finding
+    return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
+
+
 def test_one_message_two_triggers_two_defects() -> None:
     d = Diagnoser(_impl(_pow2_tiles), CPU)
     heads = {f.key for f in d.diagnose(_case(num_heads=3))}
@@ -1973,16 +1979,13 @@ def test_what_nothing_explains_at_some_values_joins_the_one_value_defect_on_ever
     """An input narrowed to fp16 first, at a scale of 1e-40: a value flushed to 0 times 1/s = inf is NaN where the
     recipe saturates, which no model reads; under value dimensions alone, it is the run's one value defect on
     every input (a pair's other defect, out of place, does not count). Two such value defects: no host."""
-    from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _merge_value_trigger
 
-    def groups(*keys):
-        return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
-    one = groups("input-rounded:float16@any", "wrong-bytes:unexplained@scale-value+values",
+    one = _groups("input-rounded:float16@any", "wrong-bytes:unexplained@scale-value+values",
                  "wrong-slot:unwritten@last-slot")
     _merge_value_trigger(one)
     assert sorted(one) == ["input-rounded:float16@any", "wrong-slot:unwritten@last-slot"], sorted(one)
-    two = groups("flush-to-zero@any", "rounds-toward-zero@any", "wrong-bytes:unexplained@values")
+    two = _groups("flush-to-zero@any", "rounds-toward-zero@any", "wrong-bytes:unexplained@values")
     _merge_value_trigger(two)
     assert "wrong-bytes:unexplained@values" in two, sorted(two)
 
@@ -2038,7 +2041,6 @@ def test_a_cache_addressed_with_its_inputs_stride_is_one_defect_under_either_lay
     """Seen in a held-out pair: K's cache head stride taken from K's input. It fails with a strided input (the
     cache's heads land at the input's stride) and with a strided cache (the contiguous input's stride is the one
     computed from the shape); no ablation names the either-or, so the two keys are joined in the report."""
-    from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _merge_stride_source
     impl = _impl(_k_cache_head_stride_from_input)
     strided_input = {f.key for f in Diagnoser(impl, CPU).diagnose(_case(k_layout=_DIM_PADDED))}
@@ -2046,7 +2048,7 @@ def test_a_cache_addressed_with_its_inputs_stride_is_one_defect_under_either_lay
     strided_cache = {f.key for f in Diagnoser(impl, CPU).diagnose(
         _case(k_cache_layout=Layout((0, 1, 2, 3), (0, 0, 0, 4))))}
     assert len(strided_cache) == 1 and next(iter(strided_cache)).endswith("@strided-cache"), strided_cache
-    groups = {k: [("t", Finding(class_of(k), k, "?"))] for k in strided_input | strided_cache}
+    groups = _groups(*strided_input, *strided_cache)
     _merge_stride_source(groups)
     assert sorted(groups) == ["strides:cache-from-input@strided-input"], sorted(groups)
 
@@ -2073,17 +2075,14 @@ def test_what_nothing_explains_under_a_shape_of_its_own_is_a_defect_of_its_own()
     one trigger and as nothing under another), but not where both are triggered by the call's shape and share
     no dimension of it: held-out batch eighteen's pair, offsets masked for a power-of-two page size and a head
     tiled by 128 that reloads its first tile, read as one defect."""
-    from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _attribute_unexplained
 
-    def groups(*keys):
-        return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
-    apart = groups("wrong-slot:tokens-moved@page-size", "wrong-bytes:unexplained@dim-above:128")
+    apart = _groups("wrong-slot:tokens-moved@page-size", "wrong-bytes:unexplained@dim-above:128")
     _attribute_unexplained(apart)
     assert sorted(apart) == ["wrong-bytes:unexplained@dim-above:128", "wrong-slot:tokens-moved@page-size"]
     for unexplained in ("wrong-bytes:unexplained@page-size+dim-above:128", "wrong-bytes:unexplained@values",
                         "wrong-bytes:unexplained@plain"):
-        joined = groups("wrong-slot:tokens-moved@page-size", unexplained)
+        joined = _groups("wrong-slot:tokens-moved@page-size", unexplained)
         _attribute_unexplained(joined)
         assert sorted(joined) == ["wrong-slot:tokens-moved@page-size"], (unexplained, sorted(joined))
 
@@ -2092,20 +2091,17 @@ def test_what_nothing_explains_beside_several_defects_goes_to_the_one_sharing_it
     """Held-out batch thirty's pair: a recipe of e5m2 caches alone and a NaN sign of fp8 caches; an e5m2 fp8 cache
     at a tiny scale shows both, which nothing explains. It goes under the defect whose trigger shares its e5m2
     cache; sharing no shape dimension with any, or as many with two, it stays a defect of its own."""
-    from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _attribute_unexplained
 
-    def groups(*keys):
-        return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
-    pair = groups("rounding:single@cache-e5m2+cache-uint8", "encoding:nan-sign@any",
+    pair = _groups("rounding:single@cache-e5m2+cache-uint8", "encoding:nan-sign@any",
                   "wrong-bytes:unexplained@cache-e5m2+scale-value")
     _attribute_unexplained(pair)
     assert sorted(pair) == ["encoding:nan-sign@any", "rounding:single@cache-e5m2+cache-uint8"], sorted(pair)
     for alone in ("wrong-slot:unexplained@cache-e5m2+values", "wrong-bytes:unexplained@strided-input"):
-        apart = groups("strides:cache-inner-stride@strided-cache", "rounding:single@cache-uint8", alone)
+        apart = _groups("strides:cache-inner-stride@strided-cache", "rounding:single@cache-uint8", alone)
         _attribute_unexplained(apart)
         assert alone in apart, (alone, sorted(apart))
-    tied = groups("rounding:single@cache-e5m2", "zero-sign:plus@cache-e5m2", "wrong-bytes:unexplained@cache-e5m2")
+    tied = _groups("rounding:single@cache-e5m2", "zero-sign:plus@cache-e5m2", "wrong-bytes:unexplained@cache-e5m2")
     _attribute_unexplained(tied)
     assert "wrong-bytes:unexplained@cache-e5m2" in tied, sorted(tied)
 

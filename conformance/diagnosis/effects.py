@@ -313,15 +313,16 @@ def _mixed(k: str, v: str, k_cache: str, v_cache: str) -> Callable[[Built], dict
     return call
 
 
-def _caches_misread(names: tuple[str, ...],
-                    strides_of: Callable[[torch.Tensor], tuple[int, ...] | None]) -> Callable[[Built], dict | None]:
+def _caches_misread(names: tuple[str, ...], strides_of: Callable[[torch.Tensor, torch.Tensor], tuple[int, ...] | None]
+                    ) -> Callable[[Built], dict | None]:
     """The call with each named cache written through its own buffer and offset at the strides a kernel
-    misreads (strides_of: None, or the cache's own strides, where that misreading changes nothing)."""
+    misreads: strides_of(cache, its input) is None, or the cache's own strides, where that misreading changes
+    nothing."""
     def call(b: Built) -> dict | None:
         out = {**b.call(), "_after": []}
         for name in names:
             t = getattr(b, name)
-            strides = strides_of(t)
+            strides = strides_of(t, getattr(b, name.split("_")[0]))
             if strides is None or _same_strides(t, strides):
                 return None
             out[name] = _restrided(t, b.buffers[name], strides, t.storage_offset(), out["_after"])
@@ -335,7 +336,7 @@ def _caches_misread(names: tuple[str, ...],
 def _head_major(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
     """A [pages, page_size, H, D] cache addressed as [pages, H, page_size, D] (HND for NHD): row (offset, head)
     of a page written at row head * page_size + offset of the cache's own rows."""
-    def strides(t: torch.Tensor) -> tuple[int, ...] | None:
+    def strides(t: torch.Tensor, _input: torch.Tensor) -> tuple[int, ...] | None:
         if t.dim() != 4 or t.shape[1] == 1 or t.shape[2] == 1:
             return None
         return t.stride(0), t.stride(2), t.shape[1] * t.stride(2), t.stride(3)
@@ -345,7 +346,7 @@ def _head_major(names: tuple[str, ...]) -> Callable[[Built], dict | None]:
 def _cache_contiguous(names: tuple[str, ...], outer_only: bool = False) -> Callable[[Built], dict | None]:
     """Caches written as if contiguous; outer_only: only the outermost stride (a page's, or a 3-D cache's
     slot's) taken from the shape, the others the tensor's own (a block stride hard-coded as page_size x H x D)."""
-    def strides(t: torch.Tensor) -> tuple[int, ...]:
+    def strides(t: torch.Tensor, _input: torch.Tensor) -> tuple[int, ...]:
         contiguous = _contiguous_strides(t.shape)
         return (contiguous[0], *t.stride()[1:]) if outer_only else contiguous
     return _caches_misread(names, strides)
@@ -355,7 +356,7 @@ def _cache_inner_stride(names: tuple[str, ...], axis: int) -> Callable[[Built], 
     """Caches written with one inner stride (a head's, a dim's, a slot's within a page) computed from the
     shape as if contiguous, the others the tensor's own: `h * head_dim` for `h * stride(2)` (an HND, padded or
     interleaved cache's heads land on other rows)."""
-    def strides(t: torch.Tensor) -> tuple[int, ...] | None:
+    def strides(t: torch.Tensor, _input: torch.Tensor) -> tuple[int, ...] | None:
         if t.dim() + axis < 1:  # the outermost stride is cache-page-stride's
             return None
         own = list(t.stride())
@@ -369,22 +370,13 @@ def _cache_from_input(names: tuple[str, ...], axis: int) -> Callable[[Built], di
     own: a kernel that passes `key.stride(1)` where `key_cache.stride(-2)` goes. Shows wherever the two
     strides differ, a strided input or a strided cache; with a contiguous input it is the stride computed
     from the shape (cache-inner-stride's reading), which report._merge_stride_source joins to it."""
-    def call(b: Built) -> dict | None:
-        out = {**b.call(), "_after": []}
-        for name in names:
-            t, x = getattr(b, name), getattr(b, name.split("_")[0])
-            if x.dim() != 3:
-                return None
-            strides = list(t.stride())
-            strides[axis] = x.stride(axis)
-            if _same_strides(t, tuple(strides)):
-                return None
-            out[name] = _restrided(t, b.buffers[name], tuple(strides), t.storage_offset(), out["_after"])
-            if out[name] is None:
-                return None
-            out["_token_by_token"] = out.get("_token_by_token", False) or _self_overlapping(out[name])
-        return out
-    return call
+    def strides(t: torch.Tensor, x: torch.Tensor) -> tuple[int, ...] | None:
+        if x.dim() != 3:
+            return None
+        own = list(t.stride())
+        own[axis] = x.stride(axis)
+        return tuple(own)
+    return _caches_misread(names, strides)
 
 
 def _pow2(n: int) -> int:
@@ -937,24 +929,12 @@ def _inf_kept(rows: _Rows, held: str) -> torch.Tensor | None:
     return torch.where(inf, signed, rows.q(held))
 
 
-def _input_clamped(rows: _Rows, held: str) -> torch.Tensor | None:
-    """The held recipe's bytes with each input first clamped to the format's largest finite value (a guard put on
-    the input instead of the quotient: past it, x/s is ±max/s where the recipe saturates at ±max); None when no
-    input is that large (the model is the recipe itself)."""
-    fmax = CACHE_FORMATS[rows.case.cache_format].max_finite
-    if not bool((rows.x.to(torch.float32).abs() > fmax).any()):
+def _clamped_inputs(rows: _Rows, held: str, bound: float) -> torch.Tensor | None:
+    """The held recipe's bytes with each input first clamped to ±bound; None when no input is past it (the
+    model is the recipe itself)."""
+    if not bool((rows.x.to(torch.float32).abs() > bound).any()):
         return None
-    return _quantized(rows.x.clamp(-fmax, fmax), _scale_value(rows.scale), held, rows.case.cache_format)
-
-
-def _inf_clamped(rows: _Rows, held: str) -> torch.Tensor | None:
-    """The held recipe's bytes with each input first clamped to its own dtype's largest finite value (a guard
-    against inf, `x.clamp(-finfo.max, finfo.max)`: ±inf becomes ±max/s, finite values stay); None when no
-    input is infinite."""
-    if not bool(rows.x.isinf().any()):
-        return None
-    top = torch.finfo(rows.x.dtype).max
-    return _quantized(rows.x.clamp(-top, top), _scale_value(rows.scale), held, rows.case.cache_format)
+    return _quantized(rows.x.clamp(-bound, bound), _scale_value(rows.scale), held, rows.case.cache_format)
 
 
 def _or_old(rows: _Rows, held: str) -> torch.Tensor:
@@ -1281,12 +1261,14 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
             yield f"subnormal-grid:{emin}", lambda emin=emin: _subnormal_grid(rows, held, emin)
     yield "storage:or-old", lambda: _or_old(rows, held)
     yield "storage:added-to-old", lambda: _added_to_old(rows, held)
-    clamped = _input_clamped(rows, held)
-    if clamped is not None:
-        yield "input-clamped", lambda: clamped
-    inf_clamped = _inf_clamped(rows, held)
-    if inf_clamped is not None:
-        yield "input-clamped:dtype-max", lambda: inf_clamped
+    # Inputs clamped before the scale: to the format's largest finite value (a guard put on the input instead of
+    # the quotient: past it, x/s is ±max/s where the recipe saturates at ±max), or to their own dtype's (a guard
+    # against inf, `x.clamp(-finfo.max, finfo.max)`: ±inf becomes ±max/s, finite values stay).
+    for key, bound in (("input-clamped", CACHE_FORMATS[case.cache_format].max_finite),
+                       ("input-clamped:dtype-max", torch.finfo(rows.x.dtype).max)):
+        clamped = _clamped_inputs(rows, held, bound)
+        if clamped is not None:
+            yield key, lambda clamped=clamped: clamped
     own = _scale_value(rows.scale)
     for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
         if own < floor:  # the floor in the key, so that re-drawn calls must show the same one

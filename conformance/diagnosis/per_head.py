@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 
+from conformance.cachemap import CACHES
 from conformance.diagnosis.classify import Finding
 from conformance.harness import SuiteError, run_impl, run_reference
 from conformance.impls import Implementation
@@ -105,14 +106,13 @@ def _bytes(built: Built, cache: str) -> torch.Tensor:
     return built.buffers[cache].cpu().reshape(-1).view(torch.uint8)
 
 
-def per_head_fails(case: Case, values: dict[str, Values], step: int, impl: Implementation,
-                   device: torch.device) -> bool:
-    """Whether the call with these [H] scales raises or writes other bytes than the reference."""
+def _per_head_call(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+                   device: torch.device) -> tuple[Built, Built] | None:
+    """The reference's and the implementation's call with these [H] scales; None where the implementation raises."""
     actual, error = run_impl(case, impl, device, _with(case, device, values, step))
     if error:
-        return True
-    expected = run_reference(case, device, _with(case, device, values, step))
-    return any(not torch.equal(_bytes(expected, c), _bytes(actual, c)) for c in ("k_cache", "v_cache"))
+        return None
+    return run_reference(case, device, _with(case, device, values, step)), actual
 
 
 def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementation,
@@ -120,7 +120,8 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
     """A per-head failure whose per-tensor twin fails too is the twin's defect, unless the per-head scales are
     wrong as well: the twin with its defects' triggers moved back to the plain call (a strided cache_loc made
     contiguous, say) passes, and the per-head call on it still fails. Then that is a second defect, named by
-    per_head_cause ([] otherwise). Seen: a held-out kernel ignoring cache_loc's stride hid its per-head bug."""
+    the wrong reading of the [H] scales that explains it ([] otherwise). Seen: a held-out kernel ignoring
+    cache_loc's stride hid its per-head bug."""
     from conformance.diagnosis.ablation import BY_NAME
     from conformance.diagnosis.diagnose import Diagnoser, trigger_set
     found = per_head_scales(message)
@@ -136,9 +137,12 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
     if cleaned == twin:
         return []
     replay = Diagnoser(impl, device).replay(cleaned)
-    if replay is None or replay.error or replay.symptoms or not per_head_fails(cleaned, values, step, impl, device):
+    if replay is None or replay.error or replay.symptoms:
         return []
-    cause = per_head_cause(cleaned, values, step, impl, device)
+    called = _per_head_call(cleaned, values, step, impl, device)
+    if called is not None and all(torch.equal(_bytes(called[0], c), _bytes(called[1], c)) for c in CACHES):
+        return []  # the per-head call is right there too
+    cause = None if called is None else _reading(cleaned, values, step, *called, device)
     return [cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
                              replayable=False)]
 
@@ -146,10 +150,13 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
 def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Implementation,
                    device: torch.device) -> Finding | None:
     """The one wrong reading of the [H] scales that gives every byte of each cache the call got wrong."""
-    actual, error = run_impl(case, impl, device, _with(case, device, values, step))
-    if error:
-        return None
-    expected = run_reference(case, device, _with(case, device, values, step))
+    called = _per_head_call(case, values, step, impl, device)
+    return None if called is None else _reading(case, values, step, *called, device)
+
+
+def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
+             device: torch.device) -> Finding | None:
+    """per_head_cause on the call's bytes."""
     named: dict[str, Reading] = {}
     for name, vals in values.items():
         cache = "k_cache" if name == "k_scale" else "v_cache"
