@@ -4,8 +4,9 @@ One program a [BLOCK_T tokens, BLOCK_H heads, BLOCK_D dims] tile of K and the sa
 head's D values one row of BLOCK_D lanes, so a head's amax is one in-register reduction (axis 2); the
 grid covers token blocks and head blocks. The launch creates no tensor and reads nothing back
 (graph-capturable). Pointer alignment is not specialized (each of 7 pointers would double the compiled
-variants); instead VEC, set by the wrapper after it checked strides and base addresses, says how many
-elements of a head's row a thread may move at once (see `_vec`).
+variants); instead the wrapper, after it checked strides and base addresses, says how many bytes of a
+head's row a thread may load (X_ALIGN) and store (C_ALIGN) at once, and VEC, the larger in elements,
+that dims are unit-stride and the mask constant over that many (see `_widths`).
 Exactness, on GPU and in the interpreter alike:
 - NaN never reaches a floating-point max or min: a head's amax is the integer max of its |x|'s bit
   patterns, which order like the values, and a NaN's bits exceed inf's, so the same max says whether
@@ -115,17 +116,17 @@ def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
 
 @triton.jit
 def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d64, mask, writes, D,
-                 INLINE: tl.constexpr, VEC: tl.constexpr):
+                 INLINE: tl.constexpr, VEC: tl.constexpr, C_ALIGN: tl.constexpr):
     """Store a tile's bytes where `mask`, and each head's scale where `writes` ([BT, BH]: the head exists
     and its token's slot is in range)."""
-    rows = _rows(c_ptr, c_slot, h64, c_sh, VEC)  # cache bytes: VEC-byte rows
+    rows = _rows(c_ptr, c_slot, h64, c_sh, C_ALIGN)  # cache bytes: C_ALIGN-byte aligned rows
     tl.store(_tile(rows, d64, c_sd, VEC), byte, mask=mask)
     if INLINE:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
         j = tl.arange(0, 4)
         bits = s.to(tl.uint32, bitcast=True)
         b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
         at = rows + D * c_sd.to(tl.int64)  # position D of each head's slot
-        if VEC >= 4:  # unit dim stride and D a multiple of VEC: 4-byte aligned (a 32-bit store may do)
+        if C_ALIGN >= 4:  # unit dim stride and D a multiple of C_ALIGN: 4-byte aligned (a 32-bit store may do)
             at = tl.multiple_of(at, (4, 4))
         tl.store(_tile(at, j.to(tl.int64), c_sd, VEC), b, mask=writes[:, :, None] & (j < 4)[None, None, :])
     else:
@@ -141,7 +142,7 @@ def per_token_head_write(
     ks_sp, ks_so, ks_sh, vs_sp, vs_so, vs_sh,
     VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-    VEC: tl.constexpr, X_ALIGN: tl.constexpr,
+    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -170,10 +171,10 @@ def per_token_head_write(
     xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
     bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
     _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
-                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC)
+                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
     bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
     _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
-                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC)
+                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
 
 
 def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, int]:
@@ -190,26 +191,30 @@ def _alignment(*byte_offsets: int) -> int:
     return math.gcd(16, *byte_offsets)
 
 
-def _vec(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor) -> int:
-    """Elements of a head's row that one thread loads and stores at once (1: no alignment hint).
+def _widths(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, cap: int = 16) -> tuple[int, int]:
+    """(input elements, cache bytes) that one thread loads and stores at once ((1, 1): no alignment hint).
 
     Every dim stride must be 1. Then each input row is 16-, 8-, ... byte aligned as the gcd of the base
     addresses and the token and head strides in bytes says, and each cache row (bytes) likewise; the
-    inline layout's head stride D + 4 allows at most 4. VEC is the smaller of the two in elements, so
-    that loads and stores share one register layout (a wider load than store would be regrouped through
-    shared memory between them), and divides D, so that no masked lane splits a vector. Only 4 and 8 are
-    used (16 would need 1-byte inputs): 2 would gain little and add compiled variants."""
+    inline layout's head stride D + 4 allows at most 4 bytes. Each width divides D, so that no masked lane
+    splits a vector, and is at most `cap` (tools.tile_sweep's narrower choices). Widths below 4 are not used:
+    they would gain little and add compiled variants. The two may differ (8 bf16 elements loaded, 16 bytes
+    stored): at T = 32768, 8x128, storing 8 bytes instead of 4 took the separate layout from 76.7 % to 84.2 %
+    of a copy (docs/results/tile-sweep-per-token-head-h200-2026-12-04-c.csv)."""
     k, v = plan.k, plan.v
     kcs, vcs = Plan.cache_strides(kc, plan.page_size), Plan.cache_strides(vc, plan.page_size)
     if not k.stride(2) == v.stride(2) == kcs[3] == vcs[3] == 1:
-        return 1
+        return 1, 1
     size = k.element_size()
     x = _alignment(k.data_ptr(), v.data_ptr(), *(s * size for s in (*k.stride()[:2], *v.stride()[:2])))
     c = _alignment(kc.data_ptr(), vc.data_ptr(), *kcs[:3], *vcs[:3])
-    vec = max(1, min(x // size, c))
-    while plan.head_dim % vec:
-        vec //= 2
-    return vec if vec >= 4 else 1
+
+    def width(n: int) -> int:
+        n = max(1, min(n, cap))
+        while plan.head_dim % n:
+            n //= 2
+        return n if n >= 4 else 1
+    return width(x // size), width(c)
 
 
 def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
@@ -243,8 +248,8 @@ def pth_tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[i
 def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
                           vec: int | None = None) -> None:
     """Run the kernel for a validated plan (nothing to do for T == 0).
-    `tile` (elements, num_warps) and `vec` (a narrower VEC than `_vec` allows) replace the wrapper's choice on
-    CUDA: for tuning sweeps (tools.tile_sweep --per-token-head)."""
+    `tile` (elements, num_warps) and `vec` (a cap on `_widths`) replace the wrapper's choice on CUDA: for
+    tuning sweeps (tools.tile_sweep --per-token-head)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():
@@ -256,10 +261,10 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
     software = resolve_encoder(encoder, plan.k.device) == "software"
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
-    vec = _vec(plan, kc, vc) if vec is None else min(vec, _vec(plan, kc, vc))
+    x_vec, c_align = _widths(plan, kc, vc, 16 if vec is None else vec)
     block_t, block_h, block_d, warps = (pth_tile_for(plan.num_heads, plan.head_dim, *tile) if tile else
                                         choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software))
-    if vec == 1 and not tile and not interpreted():
+    if max(x_vec, c_align) == 1 and not tile and not interpreted():
         # Unvectorized, larger tiles spill: 1024 elements ran at 28.6 % of a copy, 2048 at 8.1 %, 4096 at 3.9 %
         # (T = 32768, 8x128, docs/results/h200-2026-12-04-c.md).
         block_t, block_h, block_d, warps = pth_tile_for(plan.num_heads, plan.head_dim, 1024)
@@ -275,7 +280,7 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
         *_scale_strides(plan.k_scale_cache, plan.page_size), *_scale_strides(plan.v_scale_cache, plan.page_size),
         VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software, EXACT_FMA=fma_is_exact(),
         FLOOR_V=fp32_bits(FLOOR_VLLM), FLOOR_F=fp32_bits(FLOOR_FLASHINFER), NAN_BITS=NAN_SCALE_BITS,
-        VEC=vec, X_ALIGN=vec * plan.k.element_size() if vec > 1 else 1,
+        VEC=max(x_vec, c_align), X_ALIGN=x_vec * plan.k.element_size() if x_vec > 1 else 1, C_ALIGN=c_align,
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
     )
 

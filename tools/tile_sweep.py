@@ -11,9 +11,10 @@ reference once per configuration:
 - decode: T = 1, 8, 64 at each of --decode-shapes, recipe unfused, hardware encoder, beside two
   floors (an empty Triton kernel and a Triton copy of the same bytes, graph-replayed).
 `--per-token-head` sweeps the per-(token, head) kernel instead (kernel.per_token_head_kernel, both scale
-layouts, `--tiles` at T = 32768, each VEC up to the one its layout allows; the recipe is its own, checked
-against its spec). Writes tile_sweep.csv to $OUT (else reports/). CUDA only. The H200 run that chose the current
-buckets is docs/results/tile-sweep-2026-12-02-final.csv (docs/results/README.md has its command).
+layouts, `--tiles` at T = 32768, each width cap (16, 8, 4, 1: bytes a cache store, elements an input load)
+up to what its layout allows; the recipe is its own, checked against its spec). Writes tile_sweep.csv to
+$OUT (else reports/). CUDA only. The H200 run that chose the current buckets is
+docs/results/tile-sweep-2026-12-02-final.csv (docs/results/README.md has its command).
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def _sweep_pth(args, graph_us, copy_us, rows: list[dict]) -> int:
             c = copy_us(nbytes)
             for encoder in args.encoders:
                 for elements, warps in args.tiles:
-                    for vec in (8, 4, 1):
+                    for vec in (16, 8, 4, 1):
                         plans = [plan(s) for s in sets]
 
                         def run(i: int, plans=plans, encoder=encoder, tile=(elements, warps), vec=vec) -> None:
