@@ -190,29 +190,44 @@ def _with_scales(built: Built, k_scale: float, v_scale: float) -> Built:
     return dataclasses.replace(built, case=case, k_scale=k_scale, v_scale=v_scale)
 
 
-@graph_settings
-@given(data=st.data())
-def test_float_scale_is_captured(data, impl, device):
-    """A float scale is a constant of the graph: a later call with another float does not leak into it."""
-    case = data.draw(graph_cases(impl, "float"), label="case")
-    factor = data.draw(st.sampled_from((2.0, 0.5, 3.0, 0.7)), label="factor")
-    ks, vs = f32(case.k_scale.value * factor), f32(case.v_scale.value * factor)
-    assume(all(2.0**-126 <= s <= FP32.max_finite for s in (ks, vs)))
-    # The same inputs under the other floats: the reference, and whether it can tell the two apart.
+def other_floats(case: Case, factor: float) -> tuple[float, float]:
+    """The float scales of the eager call after the capture: the Case's times factor, in fp32."""
+    return f32(case.k_scale.value * factor), f32(case.v_scale.value * factor)
+
+
+def float_scale_experiment(impl: Implementation, case: Case, factor: float, device: torch.device) -> None:
+    """Capture `case`'s call, make an eager call with its floats times `factor`, then replay: each step is
+    checked against the reference, and fails with the Case (inline, `captured: {json}`) and the factor, so
+    the diagnosis can run the same experiment again (conformance.diagnosis.classify)."""
+    ks, vs = other_floats(case, factor)
     ref_other = _with_scales(build(case, device), ks, vs)
     run_reference(ref_other.case, device, ref_other)
-    assume(compare_caches(run_reference(case, device), ref_other) is not None)
     built, graph, pristine = captured(impl, case, device)
 
     eager = _with_scales(build(case, device), ks, vs)
     execute(impl, eager)  # same impl, same kind of call, another float, after the capture
     report = compare_caches(ref_other, eager)
     if report:
-        fail(impl, f"eager call with scale x{factor} after the capture:", report, eager.case)
+        fail(impl, f"eager call with scale x{factor} after the capture:",
+             f"{report}\ncaptured: {case.to_json()}", eager.case)
 
     graph.replay()
     check_replay(impl, built, pristine, device,
                  f"replay after an eager call with scale x{factor} (the graph must keep its float)")
+
+
+@graph_settings
+@given(data=st.data())
+def test_float_scale_is_captured(data, impl, device):
+    """A float scale is a constant of the graph: a later call with another float does not leak into it."""
+    case = data.draw(graph_cases(impl, "float"), label="case")
+    factor = data.draw(st.sampled_from((2.0, 0.5, 3.0, 0.7)), label="factor")
+    ks, vs = other_floats(case, factor)
+    assume(all(2.0**-126 <= s <= FP32.max_finite for s in (ks, vs)))
+    # The same inputs under the other floats: can the reference tell the two apart?
+    ref_other = _with_scales(build(case, device), ks, vs)
+    assume(compare_caches(run_reference(case, device), run_reference(ref_other.case, device, ref_other)) is not None)
+    float_scale_experiment(impl, case, factor, device)
 
 
 @graph_settings

@@ -191,7 +191,46 @@ def test_a_graph_defect_on_the_plain_call_is_keyed_at_plain() -> None:
     assert found.key == "graph:sync@plain", found.key
     from conformance.impls import fused  # graph-safe, unlike the reference (it indexes by mask: a sync)
     clean = _graph_on_plain(Finding("graph", "graph:sync", "syncs"), message, fused("hardware"), device)
-    assert clean.key == "graph:sync", clean.key
+    assert clean.key == "unclassified:no-repro", clean.key  # its capture, run again, passes
+
+
+class _Rerun:
+    """A Diagnoser stand-in that records which graph experiment was run again, and answers `result`."""
+
+    def __init__(self, result):
+        self.result, self.calls = result, []
+
+    def captured_fails(self, case):
+        self.calls.append(("capture", case, None))
+        return self.result
+
+    def float_scale_fails(self, case, factor):
+        self.calls.append(("float-scale", case, factor))
+        return self.result
+
+
+def test_a_graph_failure_is_run_again_as_the_same_experiment() -> None:
+    """graph:float-scale repeats the float-scale experiment on the Case it captured (named `captured:` by an
+    eager call's failure, inline by a replay's) with its factor; a capture failure repeats the capture."""
+    from conformance.diagnosis.classify import _graph_again
+    captured, eager = _case(), _case(k_scale=Scale("float", 0.7))
+    rerun = _Rerun(True)
+    message = (f"eager call with scale x0.7 after the capture:\nbyte diff\ncaptured: {captured.to_json()}\n"
+               "failure case saved: x.json")
+    assert _graph_again("graph:float-scale", message, eager, rerun) is True
+    replay = f"replay after an eager call with scale x2.0 (the graph must keep its float):\ncase: {eager.to_json()}"
+    _graph_again("graph:float-scale", replay, eager, rerun)
+    _graph_again("graph:capture", f"failed under CUDA-graph capture:\ncase: {eager.to_json()}", eager, rerun)
+    assert rerun.calls == [("float-scale", captured, 0.7), ("float-scale", eager, 2.0), ("capture", eager, None)]
+
+
+def test_a_graph_failure_that_does_not_repeat_is_no_defect() -> None:
+    """Passing when run again: not reproduced (the finding the report treats as such); the card full during the
+    repeat: the test's memory ran out, no defect either way."""
+    from conformance.diagnosis.classify import OUT_OF_MEMORY, Finding, not_reproduced
+    found = Finding("graph", "graph:capture", "CUDA-graph capture fails")
+    assert not_reproduced(found, "m", False).key == "unclassified:no-repro"
+    assert not_reproduced(found, "m", None).key == OUT_OF_MEMORY
 
 
 def _padding_to_slot0_when_captured(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,

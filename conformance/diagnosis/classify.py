@@ -570,10 +570,16 @@ def _what(message: str) -> str:
     return first.split(": ", 1)[1] if ": " in first else first
 
 
+#: Graph defects read from a failure's text: each is kept only where the same experiment fails again.
+RERUN_GRAPH = ("graph:capture", "graph:sync", "graph:warns", "graph:float-scale")
+
+
 def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
                     device: torch.device | None) -> Finding:
     """A graph defect is keyed `@plain` when a capture of the plain call fails too (an experiment, as
-    every other trigger); otherwise its key names no trigger (the graph properties are not ablated)."""
+    every other trigger); otherwise its key names no trigger (the graph properties are not ablated).
+    A capture, sync, warning or float-scale failure is first run again on its own Case: one that passes
+    then (a capture the card's memory, held by other processes, broke) is not reproduced, not a defect."""
     case = named_case(message)
     if case is not None:  # the report attributes an untriggered graph defect by it (report._attribute_graph)
         found.facts = {**found.facts, "case": case.to_dict()}
@@ -582,6 +588,10 @@ def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
     from conformance.diagnosis.ablation import words
     from conformance.diagnosis.diagnose import Diagnoser
     diagnoser = Diagnoser(impl, device)
+    if found.key in RERUN_GRAPH:
+        again = _graph_again(found.key, message, case, diagnoser)
+        if again is not True:
+            return not_reproduced(found, message, again)
     if diagnoser.captured_fails(diagnoser.plain_of(case)):
         found.key, found.title = f"{found.key}@plain", f"{found.title}, on the plain call"
     elif found.key == "graph:stale":  # wrong bytes that eager calls of this Case did not show
@@ -589,6 +599,28 @@ def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
         if trigger:
             found.key, found.title = f"{found.key}@{'+'.join(trigger)}", f"{found.title}, {words(trigger)}"
     return found
+
+
+def not_reproduced(found: Finding, message: str, again: bool | None) -> Finding:
+    """A graph failure its experiment did not repeat: the GPU's memory ran out during the repeat (None), or it
+    passed (False): no defect is established either way."""
+    if again is None:
+        return starved(message)
+    return Finding("unclassified", "unclassified:no-repro", f"does not reproduce on replay: {found.title}",
+                   replayable=False, facts=found.facts)
+
+
+def _graph_again(key: str, message: str, case: Case, diagnoser) -> bool | None:
+    """Whether the graph experiment that failed fails again (None: it could not tell, the GPU being full):
+    the float-scale one on the Case it captured, with its factor; the others, a capture of the Case."""
+    if key == "graph:float-scale":
+        factor = re.search(r"with scale x([\d.]+)", message)
+        at = message.find("captured: {")  # an eager call's failure names the captured Case so; a replay's, inline
+        captured = case_in("case: " + message[at + len("captured: "):]) if at >= 0 else case
+        if factor is None or captured is None:
+            return True  # nothing to run again: the text stands
+        return diagnoser.float_scale_fails(captured, float(factor.group(1)))
+    return diagnoser.captured_fails(case)
 
 
 def _graph(what: str, message: str) -> Finding:
@@ -751,8 +783,9 @@ def _eager_findings(message: str, impl: Implementation | None, device: torch.dev
         return []
     try:
         found = diagnosed_findings(case, impl, device)
-    except Exception:  # the replay itself failed: classify by the text
-        return []
+    except Exception as exc:  # the replay itself failed: classify by the text, unless the card was full
+        error = f"{type(exc).__name__}: {exc}"
+        return [starved(error)] if out_of_memory(error) else []
     for f in found:
         f.replayable = False
     return found

@@ -198,7 +198,7 @@ class Diagnoser:
 
     def captured_fails(self, case: Case) -> bool | None:
         """Whether one CUDA-graph capture of the call, replayed, fails (raises, or writes wrong bytes);
-        None when the convention cannot make the call."""
+        None when the convention cannot make the call or the GPU's memory ran out (other processes held it)."""
         from conformance import test_graphs as graphs
         if self.impl.convention.why_not(case):
             return None
@@ -206,8 +206,20 @@ class Diagnoser:
             built, graph, pristine = graphs.captured(self.impl, case, self.device)
             graph.replay()
             graphs.check_replay(self.impl, built, pristine, self.device, "a replay of the plain call")
-        except Exception:
-            return True
+        except Exception as exc:
+            return _failed(exc)
+        return False
+
+    def float_scale_fails(self, case: Case, factor: float) -> bool | None:
+        """Whether test_graphs' float-scale experiment (capture `case`, an eager call with its floats times
+        `factor`, a replay) fails on this Case; None when the call cannot be made or the GPU's memory ran out."""
+        from conformance import test_graphs as graphs
+        if self.impl.convention.why_not(case):
+            return None
+        try:
+            graphs.float_scale_experiment(self.impl, case, factor, self.device)
+        except Exception as exc:
+            return _failed(exc)
         return False
 
     def graph_trigger(self, case: Case) -> list[str]:
@@ -821,3 +833,8 @@ def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Fin
                    facts={"effect": effect.key, "trigger": trigger, "detail": effect.detail, "held": held,
                           "explanations": [key, *alternatives] if alternatives else [],
                           "minimal": minimal.to_dict()})
+
+
+def _failed(exc: BaseException) -> bool | None:
+    """An experiment's exception: a failure, or None when the GPU's memory ran out (no evidence either way)."""
+    return None if out_of_memory(f"{type(exc).__name__}: {exc}") else True
