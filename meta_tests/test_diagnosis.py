@@ -96,6 +96,29 @@ def test_one_message_two_triggers_two_defects() -> None:
     assert both <= heads | dims and both, both
 
 
+def _scale_on_the_axis_of_length_h(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                   use_triton=True, *, recipe="unfused", checked=False):
+    """Halves K where T = H, as code that finds "the axis of length H" by its length goes wrong."""
+    if k.shape[0] == k.shape[1]:
+        k = k / 2
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_defect_only_where_t_equals_h_is_triggered_by_the_coincidence() -> None:
+    """Adding a token and dropping one both pass: the trigger is T = H, not more than one token nor H's size."""
+    case = _case(num_tokens=3, num_heads=3, cache_loc=(5, 0, 9), k_scale=Scale("float", 0.3))
+    found = {f.key for f in Diagnoser(_impl(_scale_on_the_axis_of_length_h), CPU).diagnose(case)}
+    assert found and {k.split("@")[1] for k in found} == {"tokens-equal-heads"}, found
+
+
+def test_t_equal_to_h_is_drawn_and_shrinks_to_two() -> None:
+    from hypothesis import find
+
+    from strategies.dims import dims
+    found = find(dims(), lambda d: d.num_tokens == d.num_heads >= 2, settings=settings(database=None))
+    assert (found.num_tokens, found.num_heads) == (2, 2), found
+
+
 def _loc_contiguous(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
                     *, recipe="unfused", checked=False):
     """Reads cache_loc as if contiguous: a wrong slot for some tokens, and the slots they name left unwritten."""
@@ -1776,6 +1799,25 @@ def test_blind_batch_eleven_and_twelve_classes_are_one_defect_each(fn, changes, 
     assert keys == [key], keys
 
 
+def _frexp_exponent(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="unfused", checked=False):
+    """A float scale applied as 2**-e with (m, e) = frexp(s): frexp's m lies in [0.5, 1), so that is 1/(2s) for a
+    power of two (any other float goes the right way)."""
+    def scaled(s):
+        if isinstance(s, float) and math.frexp(s)[0] == 0.5:
+            return 2 * s
+        return s
+    _reference(k, v, k_cache, v_cache, cache_loc, scaled(k_scale), scaled(v_scale), page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_a_scale_exponent_off_by_one_is_named() -> None:
+    """Held-out batch thirty-one's frexp kernel: the bytes are the recipe's at twice the scale."""
+    case = _case(k_scale=Scale("float", 0.5), v_scale=Scale("float", 0.75))
+    keys = [f.key for f in Diagnoser(_impl(_frexp_exponent), CPU).diagnose(case)]
+    assert [k.split("@")[0] for k in keys] == ["scale:exponent-off-by-one"], keys
+
+
 def test_what_nothing_explains_joins_the_runs_one_explained_defect_whatever_its_trigger() -> None:
     """A new class shows as its nearest model under one trigger and as nothing explained under another (bytes
     ORed into the old ones read as slots left unwritten where the old bytes were zero): one defect. A raise is
@@ -2701,3 +2743,32 @@ def test_keys_padded_past_slot_mapping_and_written_are_one_defect_of_the_padding
     assert Diagnoser(impl, CPU).diagnose(case.replace(padded_rows=0)) == []
     # vLLM's convention as detected takes one key a slot_mapping entry: the padded call is not made, and says how
     assert "--convention vllm-padded-keys" in VLLM.why_not(case)
+
+
+def _head_scale_on_tokens_where_t_is_h(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                       use_triton=True, *, recipe="unfused", checked=False):
+    """An [H] scale put on "the axis of length H", found by its length: the token axis where T = H, so token t is
+    divided by scale[t] in every head (held-out batch thirty-one, twice)."""
+    if k.shape[0] != k.shape[1] or not isinstance(k_scale, torch.Tensor) or k_scale.numel() != k.shape[1]:
+        _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+        return
+    for t in range(k.shape[0]):
+        _reference(k[t:t + 1], v[t:t + 1], k_cache, v_cache, cache_loc[t:t + 1], k_scale[t].reshape(()),
+                   v_scale[t].reshape(()) if isinstance(v_scale, torch.Tensor) and v_scale.numel() > 1 else v_scale,
+                   page_size, recipe=recipe, checked=checked)
+
+
+def test_a_per_head_scale_wrong_only_where_t_equals_h_is_keyed_by_the_coincidence() -> None:
+    from conformance.diagnosis.per_head import only_where_t_equals_h
+    values = {"k_scale": (0.5, 0.25, 0.125), "v_scale": (0.3, 0.6, 0.9)}
+    impl = _impl(_head_scale_on_tokens_where_t_is_h)
+    assert only_where_t_equals_h(_case(num_heads=3, k_scale=Scale("tensor1", 1.0)), values, 1, impl, CPU)
+    assert not only_where_t_equals_h(_case(num_heads=3, k_scale=Scale("tensor1", 1.0)), values, 1,
+                                     _impl(_first_head_scale), CPU)  # wrong at every T: not the coincidence
+
+
+def _first_head_scale(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                      *, recipe="unfused", checked=False):
+    """Every head divided by the first head's scale."""
+    first = [s.reshape(-1)[0].reshape(()) if isinstance(s, torch.Tensor) else s for s in (k_scale, v_scale)]
+    _reference(k, v, k_cache, v_cache, cache_loc, *first, page_size, recipe=recipe, checked=checked)

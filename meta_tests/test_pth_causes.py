@@ -71,3 +71,15 @@ def test_a_scale_rule_real_kernels_get_wrong_is_named(scale_of, key, monkeypatch
 def test_the_example_itself_names_no_rule():
     impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
     assert pth_cause(_CASE, impl, CPU) is None
+
+
+def test_a_scale_stored_before_its_floor_is_named(monkeypatch):
+    """Held-out batch thirty-one: the floored scale divides, the unfloored one is stored (the data bytes right)."""
+    right = _quantize_with(lambda x32: torch.maximum(_no_floor(x32), torch.full_like(_no_floor(x32), 1e-6)))
+
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return right(x)[0], _no_floor(x.float())
+    monkeypatch.setattr(example, "_quantize", quantize)
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    found = pth_cause(_CASE, impl, CPU)
+    assert found is not None and found.key == "per-token-head:stored-unfloored", found

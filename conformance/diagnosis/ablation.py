@@ -340,6 +340,16 @@ def _tokens(case: Case, plain: str) -> Iterator[Case]:
         yield case.replace(num_tokens=1, cache_loc=(case.cache_loc[t],), overrides=overrides)
 
 
+def _tokens_off_heads(case: Case, plain: str) -> Iterator[Case]:
+    """T moved off H both ways, a token added after the Case's and its last one dropped: code that tells the
+    token axis from the head axis by their lengths (a [H] scale put on "the axis of length H") fails only
+    where T = H. Both must pass, so that a bound on T alone is not read as the coincidence."""
+    t = case.num_tokens
+    if t >= 2 and t == case.num_heads:
+        yield _with_tokens(case, t + 1)
+        yield _with_tokens(case, t - 1)
+
+
 def _padded_keys(case: Case, plain: str) -> Iterator[Case]:
     if case.padded_rows:
         yield case.replace(padded_rows=0)
@@ -352,6 +362,8 @@ ABLATIONS: tuple[Ablation, ...] = (
     Ablation("big-cache", "only on caches above 2**31 bytes", _big_cache, keeps_shape=False),
     Ablation("empty-batch", "only for an empty batch (T = 0)", _empty, keeps_shape=False),
     Ablation("many-tokens", "only with more than one token", _tokens, keeps_shape=False),
+    Ablation("tokens-equal-heads", "only when T equals H (as many tokens as heads)", _tokens_off_heads,
+             keeps_shape=False),
     Ablation("special-values", "only with special input values (±0, ±inf, NaN, ties, past the range)",
              _special_values, value=True, keeps_shape=False),
     Ablation("scales-differ", "only when k_scale and v_scale differ", _scales_differ),

@@ -970,12 +970,17 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
             return found + beyond_twin(twin, [f.key for f in found], message, impl, device)
         if "raises on a valid call" in what:
             return [raised(message.split("\n", 1)[-1])]
-        from conformance.diagnosis.per_head import per_head_cause, per_head_scales
+        from conformance.diagnosis.per_head import only_where_t_equals_h, per_head_cause, per_head_scales
         scales = per_head_scales(message)
-        cause = per_head_cause(twin, *scales, impl, device) if twin is not None and scales and impl and device \
-            else None
-        return [cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
-                                 replayable=False)]
+        replayable = twin is not None and scales and impl and device
+        cause = per_head_cause(twin, *scales, impl, device) if replayable else None
+        found = cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
+                                 replayable=False)
+        if replayable and only_where_t_equals_h(twin, *scales, impl, device):
+            from conformance.diagnosis.ablation import BY_NAME
+            found.key, found.title = f"{found.key}@tokens-equal-heads", f"{found.title}, " \
+                                                                       f"{BY_NAME['tokens-equal-heads'].words}"
+        return [found]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
         found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays

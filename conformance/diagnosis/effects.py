@@ -89,6 +89,8 @@ TITLES = {
     "scale:held-float16": "holds the scale in float16 (rounds it before using it)",
     "scale:held-bfloat16": "holds the scale in bfloat16 (rounds it before using it)",
     "scale:power-of-two": "rounds its scale up to a power of two before using it (a UE8M0 scale's ceil)",
+    "scale:exponent-off-by-one": "uses twice or half its scale, at least where it is a power of two (an exponent "
+                                 "off by one: frexp's mantissa lies in [0.5, 1), not [1, 2))",
     "encoding:inf-kept": "writes an infinite quotient as the format's ±inf where the recipe saturates (finite "
                          "overflow saturated: a cast that propagates inf)",
     "encoding:overflow-inf": "writes ±inf past the format's range where the recipe saturates (a cast without "
@@ -1310,6 +1312,12 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for fmt in CACHE_FORMATS:  # bytes of another format (a uint8 cache taken to hold e5m2, say)
         if fmt not in (case.cache_format, "fp8_e4m3"):
             yield f"format:{fmt.removeprefix('fp8_')}-bytes", lambda fmt=fmt: _other_format(rows, held, fmt)
+    own = _scale_value(rows.scale)
+    if 0 < own < float("inf"):  # after the formats: e4m3fnuz's bytes are e4m3's at half the value
+        # a kernel that takes the exponent apart for powers of two only is right at other scales: there its
+        # own scale is one of the alternatives (the call is right at the telling scales the effect is held to)
+        others = [] if math.frexp(own)[0] == 0.5 else [own]
+        yield "scale:exponent-off-by-one", lambda: [rows.q(held, x) for x in (own * 2, own / 2, *others)]
     for dtype in (torch.float16, torch.bfloat16):
         yield f"double-rounding:{str(dtype).split('.')[1]}", lambda dtype=dtype: _through(rows, held, dtype)
     saturated = _saturated_low(w, held)

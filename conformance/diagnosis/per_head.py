@@ -154,6 +154,22 @@ def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Imple
     return None if called is None else _reading(case, values, step, *called, device)
 
 
+def only_where_t_equals_h(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+                          device: torch.device) -> bool:
+    """Whether the per-head call fails only where T = H: the same [H] scales with a token added and with one
+    dropped give right bytes (a scale put on "the axis of length H" by its length, seen held out)."""
+    from conformance.diagnosis.ablation import resized
+    t = case.num_tokens
+    if t < 2 or t != case.num_heads:
+        return False
+    for n in (t + 1, t - 1):
+        called = _per_head_call(resized(case, "tokens", n), values, step, impl, device)
+        if called is None or any(not torch.equal(_bytes(called[0], c), _bytes(called[1], c))
+                                 for c in ("k_cache", "v_cache")):
+            return False
+    return True
+
+
 def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
              device: torch.device) -> Finding | None:
     """per_head_cause on the call's bytes."""

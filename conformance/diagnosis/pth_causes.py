@@ -11,7 +11,8 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681);
 - the signed maximum for the amax (`x.amax(-1)`, the abs left out);
 - the scale computed in the input dtype (bf16/fp16 torch ops on the un-widened amax): its quotient and its
-  floor rounded to that dtype, then widened.
+  floor rounded to that dtype, then widened;
+- the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division).
 None: no such rule explains it.
 """
 
@@ -95,6 +96,13 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
 )
 
 
+#: key, title, the rule of the scales quantized with, and the rule of those stored beside the bytes.
+STORED_RULES: tuple[tuple[str, str, Scales, Scales], ...] = (
+    ("per-token-head:stored-unfloored", "stores each head's scale before its floor, where the bytes use the "
+     "floored one (an all-zero head stores 0)", head_scales, _floored("none")),
+)
+
+
 def _whole(b: PTHBuilt) -> dict[str, torch.Tensor]:
     return {name: buf.cpu().reshape(-1).view(torch.uint8) for name, buf in b.buffers.items()}
 
@@ -103,12 +111,18 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return all(torch.equal(a[n], b[n]) for n in a)
 
 
-def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecipe,
-                    scales: Scales) -> dict[str, torch.Tensor]:
+def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecipe, scales: Scales,
+                    stored: Scales | None = None) -> dict[str, torch.Tensor]:
+    """The reference's bytes with `scales` in place of the recipe's rule; with `stored`, the data quantized by
+    `scales` and the scales `stored` gives written beside it."""
     b = build_pth(pc, device)
     plan = make_pth_plan(**b.call())
+
+    def quantize(x: torch.Tensor, _held: PerTokenHeadRecipe) -> tuple[torch.Tensor, torch.Tensor]:
+        data, s = quantize_heads(x, recipe, scales)
+        return data, s if stored is None else stored(x.to(torch.float32), recipe)
     if plan.num_tokens:
-        write_per_token_head(plan, lambda x, _held: quantize_heads(x, recipe, scales))
+        write_per_token_head(plan, quantize)
     return _whole(b)
 
 
@@ -145,10 +159,10 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                       "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
         plain = [_reference_with(c, device, recipe, head_scales) for c in cases]
-        for key, title, scales in rules:
+        for key, title, scales, *stored in [*rules, *STORED_RULES]:
             if key == f"per-token-head:floor-on-{FLOOR_ON[recipe.rule]}":
                 continue
-            want = [_reference_with(c, device, recipe, scales) for c in cases]
+            want = [_reference_with(c, device, recipe, scales, *stored) for c in cases]
             if all(_same(w, p) for w, p in zip(want, plain)):  # the rule changes nothing here: not told apart
                 continue
             if all(_same(w, g) for w, g in zip(want, got)):
