@@ -2772,3 +2772,19 @@ def _first_head_scale(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=N
     """Every head divided by the first head's scale."""
     first = [s.reshape(-1)[0].reshape(()) if isinstance(s, torch.Tensor) else s for s in (k_scale, v_scale)]
     _reference(k, v, k_cache, v_cache, cache_loc, *first, page_size, recipe=recipe, checked=checked)
+
+
+def _grid_of_pages(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """A token grid sized by the cache's first dimension (its pages): tokens past that count are not written."""
+    n = min(k.shape[0], k_cache.shape[0])
+    _reference(k[:n], v[:n], k_cache, v_cache, cache_loc[:n], k_scale, v_scale, page_size, recipe=recipe,
+               checked=checked)
+
+
+def test_tokens_past_the_page_count_left_unwritten_are_triggered_by_it() -> None:
+    """Held-out batch thirty-one's Triton grid of `key_cache.shape[0]` programs: the trigger is T above the pages,
+    not tokens sharing a page (moving each to a page of its own adds pages too)."""
+    case = _case(num_tokens=5, cache_loc=(9, 2, 6, 3, 1), num_pages=3)
+    keys = [f.key for f in Diagnoser(_impl(_grid_of_pages), CPU).diagnose(case)]
+    assert keys == ["wrong-slot:unwritten@tokens-above-pages"], keys

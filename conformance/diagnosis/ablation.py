@@ -340,6 +340,20 @@ def _tokens(case: Case, plain: str) -> Iterator[Case]:
         yield case.replace(num_tokens=1, cache_loc=(case.cache_loc[t],), overrides=overrides)
 
 
+#: The largest cache (bytes a cache) _more_pages grows to: a few reference calls on it stay cheap on the CPU.
+MAX_GROWN = 1 << 24
+
+
+def _more_pages(case: Case, plain: str) -> Iterator[Case]:
+    """The cache grown by T pages (every slot kept, out-of-range ones still out): code that sizes its token grid
+    or loop by the cache's first dimension (`key_cache.shape[0]`, the pages) writes no token past that count."""
+    pages = case.num_pages + case.num_tokens
+    if case.num_tokens > case.num_pages and pages * case.page_size * case.num_heads * case.head_dim <= MAX_GROWN:
+        old = case.num_slots
+        grown = case.replace(num_pages=pages)
+        yield grown.replace(cache_loc=tuple(_still_out(s, old, grown.num_slots) for s in case.cache_loc))
+
+
 def _tokens_off_heads(case: Case, plain: str) -> Iterator[Case]:
     """T moved off H both ways, a token added after the Case's and its last one dropped: code that tells the
     token axis from the head axis by their lengths (a [H] scale put on "the axis of length H") fails only
@@ -396,6 +410,8 @@ ABLATIONS: tuple[Ablation, ...] = (
              "length, vllm#13922)", _padded_keys, keeps_shape=False),
     Ablation("out-of-range", "only with out-of-range slots (cache_loc >= number of slots)", _out_of_range),
     Ablation("duplicate-slots", "only when several tokens name one slot", _duplicates),
+    Ablation("tokens-above-pages", "only when T exceeds the cache's number of pages (a grid or loop sized by "
+             "the cache's first dimension)", _more_pages),
     Ablation("shared-page", "only when several tokens write one page", _own_pages),
     Ablation("first-slot", "only when a token names the cache's first slot (slot 0)", _edge_slot(True)),
     Ablation("last-slot", "only when a token names the cache's last slot", _edge_slot(False)),

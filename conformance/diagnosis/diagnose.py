@@ -262,6 +262,8 @@ class Diagnoser:
             trigger.remove("many-tokens")  # a consequence of the other trigger (slots of several tokens), not a cause
         if "tokens-equal-heads" in trigger:  # one token, or H a power of two, breaks the equality: consequences
             trigger = [t for t in trigger if t not in ("many-tokens", "heads-not-pow2")]
+        if "tokens-above-pages" in trigger:  # one token, or a page a token, is no more tokens than pages
+            trigger = [t for t in trigger if t not in ("many-tokens", "shared-page")]
         if "last-slot" in trigger and "page-size" in trigger and self._last_slot_kept_fails(current, symptom):
             trigger.remove("page-size")  # another page size moved the last slot, not the cause
         for differ, strided, names in (("cache-layouts-differ", "strided-cache", ("k_cache_layout", "v_cache_layout")),
