@@ -2788,3 +2788,13 @@ def test_tokens_past_the_page_count_left_unwritten_are_triggered_by_it() -> None
     case = _case(num_tokens=5, cache_loc=(9, 2, 6, 3, 1), num_pages=3)
     keys = [f.key for f in Diagnoser(_impl(_grid_of_pages), CPU).diagnose(case)]
     assert keys == ["wrong-slot:unwritten@tokens-above-pages"], keys
+
+
+def test_a_size_rule_may_leave_one_head_to_its_own_path() -> None:
+    """A paired-head store loses an odd H's last head, and a single head has its own path: H = 1 passes and 3
+    fails, and the rule is still "not a multiple of 2" (6, 12 and 24 pass, so not "not a power of two")."""
+    from conformance.diagnosis.ablation import SIZE_PROBES, fitting_rule
+    outcomes = {n: n % 2 == 1 and n > 1 for n in SIZE_PROBES["heads"]}
+    assert fitting_rule("heads", outcomes).name == "heads-not-multiple:2"
+    assert fitting_rule("heads", {**outcomes, 1: True}).name == "heads-not-multiple:2"
+    assert fitting_rule("heads", {n: n & (n - 1) != 0 for n in SIZE_PROBES["heads"]}).name == "heads-not-pow2"

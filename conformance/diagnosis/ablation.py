@@ -522,10 +522,16 @@ def resized(case: Case, attr: str, n: int, from_end: bool = False) -> Case:
 
 
 def fitting_rule(attr: str, outcomes: dict[int, bool]) -> SizeRule | None:
-    """The first rule that gives every probed size's outcome (size -> failed), when some failed and some did not."""
-    if len(set(outcomes.values())) < 2:
-        return None
-    return next((r for r in _size_rules(attr) if all(r.fails(n) == failed for n, failed in outcomes.items())), None)
+    """The first rule that gives every probed size's outcome (size -> failed), when some failed and some did not;
+    where none does, the first that gives every outcome but size 1's (one token, one head: often a path of its
+    own, a decode call's or a single KV head's, right where the general one is wrong)."""
+    for sizes in (outcomes, {n: failed for n, failed in outcomes.items() if n != 1}):
+        if len(set(sizes.values())) < 2:
+            return None
+        rule = next((r for r in _size_rules(attr) if all(r.fails(n) == failed for n, failed in sizes.items())), None)
+        if rule is not None:
+            return rule
+    return None
 
 
 def words(trigger: list[str]) -> str:
