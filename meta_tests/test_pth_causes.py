@@ -3,6 +3,8 @@ examples/vllm_per_token_head.py with one scale rule changed (its `_quantize` pat
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -83,3 +85,18 @@ def test_a_scale_stored_before_its_floor_is_named(monkeypatch):
     impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
     found = pth_cause(_CASE, impl, CPU)
     assert found is not None and found.key == "per-token-head:stored-unfloored", found
+
+
+def test_scale_caches_written_as_contiguous_are_named():
+    """Held-out batch thirty-one's Triton write addressed its scale caches as contiguous [pages, page_size, H]
+    from their first element: scales land outside the named slots of a strided or head-major scale cache."""
+    def flat(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache, v_scale_cache):
+        views = [sc.as_strided(sc.shape, torch.empty(sc.shape, device="meta").stride(), sc.storage_offset())
+                 for sc in (k_scale_cache, v_scale_cache)]
+        example.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale_cache=views[0],
+                                  v_scale_cache=views[1])
+    impl = Implementation("pth", flat, convention=get_convention("vllm-per-token-head"))
+    head_major = Layout((0, 2, 1), (0, 0, 0))  # [P, page_size, H] stored with the heads outside the slots
+    pc = dataclasses.replace(_CASE, k_scale_layout=head_major, v_scale_layout=head_major)
+    found = pth_cause(pc, impl, CPU)
+    assert found is not None and found.key == "per-token-head:scale-caches-as-contiguous", found

@@ -985,7 +985,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays
         base = _load(saved.group(1)) if saved else None
-        if base is not None and found.key in ("per-token-head:values", "per-token-head:scales") and impl and device:
+        if base is not None and found.key in ("per-token-head:values", "per-token-head:scales",
+                                              "per-token-head:writes-outside") and impl and device:
             found = _pth_cause(saved.group(1), impl, device) or found
         if base is not None:
             found.case_file, found.case_size, found.replayable = saved.group(1), case_size(base), True

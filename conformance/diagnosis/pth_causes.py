@@ -13,6 +13,8 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - the scale computed in the input dtype (bf16/fp16 torch ops on the un-widened amax): its quotient and its
   floor rounded to that dtype, then widened;
 - the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division).
+Before them, separate scale caches are tried addressed as contiguous from their first element (their strides
+ignored), where the scales land when a kernel computes their offsets from the shape.
 None: no such rule explains it.
 """
 
@@ -28,6 +30,7 @@ from kernel.per_token_head import (
     FLOOR_FLASHINFER,
     FLOOR_ON,
     FLOOR_VLLM,
+    PTHPlan,
     get_pth_recipe,
     head_scales,
     make_pth_plan,
@@ -111,12 +114,27 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return all(torch.equal(a[n], b[n]) for n in a)
 
 
+def _as_contiguous(sc: torch.Tensor | None) -> torch.Tensor | None:
+    """A scale cache addressed as if contiguous: its shape with contiguous strides, from its first element (over
+    its own storage, which a strided cache's gaps make larger, and a permuted one's order leaves as large)."""
+    if sc is None:
+        return None
+    return sc.as_strided(sc.shape, torch.empty(sc.shape, device="meta").stride(), sc.storage_offset())
+
+
+def _scale_caches_contiguous(plan: PTHPlan) -> PTHPlan:
+    return dataclasses.replace(plan, k_scale_cache=_as_contiguous(plan.k_scale_cache),
+                               v_scale_cache=_as_contiguous(plan.v_scale_cache))
+
+
 def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecipe, scales: Scales,
-                    stored: Scales | None = None) -> dict[str, torch.Tensor]:
+                    stored: Scales | None = None, place: Callable[[PTHPlan], PTHPlan] | None = None,
+                    ) -> dict[str, torch.Tensor]:
     """The reference's bytes with `scales` in place of the recipe's rule; with `stored`, the data quantized by
-    `scales` and the scales `stored` gives written beside it."""
+    `scales` and the scales `stored` gives written beside it; with `place`, the plan as a kernel misreads it."""
     b = build_pth(pc, device)
     plan = make_pth_plan(**b.call())
+    plan = plan if place is None else place(plan)
 
     def quantize(x: torch.Tensor, _held: PerTokenHeadRecipe) -> tuple[torch.Tensor, torch.Tensor]:
         data, s = quantize_heads(x, recipe, scales)
@@ -157,6 +175,13 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     if pc.case.input_dtype in ("bfloat16", "float16"):
         rules.append(("per-token-head:scale-in-input-dtype", f"computes each head's scale in {pc.case.input_dtype} "
                       "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
+    if pc.layout == "separate":  # where the scales go, under the held recipe
+        want = [_reference_with(c, device, held, head_scales, place=_scale_caches_contiguous) for c in cases]
+        plain = [_reference_with(c, device, held, head_scales) for c in cases]
+        if not all(_same(w, p) for w, p in zip(want, plain)) and all(_same(w, g) for w, g in zip(want, got)):
+            return Finding("per-token-head", "per-token-head:scale-caches-as-contiguous", "with dynamic "
+                           "per-(token, head) scales, writes its scale caches ignoring their strides (as if "
+                           "contiguous [pages, page_size, H] from their first element)", replayable=False)
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
         plain = [_reference_with(c, device, recipe, head_scales) for c in cases]
         for key, title, scales, *stored in [*rules, *STORED_RULES]:
