@@ -2798,3 +2798,22 @@ def test_a_size_rule_may_leave_one_head_to_its_own_path() -> None:
     assert fitting_rule("heads", outcomes).name == "heads-not-multiple:2"
     assert fitting_rule("heads", {**outcomes, 1: True}).name == "heads-not-multiple:2"
     assert fitting_rule("heads", {n: n & (n - 1) != 0 for n in SIZE_PROBES["heads"]}).name == "heads-not-pow2"
+
+
+def _decode_path_v_with_k_scale(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                use_triton=True, *, recipe="unfused", checked=False):
+    """A single-token (decode) path that writes V with k_scale; every larger call is right."""
+    if k.shape[0] == 1:
+        v_scale = k_scale
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_one_token_defect_is_not_refuted_by_a_right_call_of_more_tokens() -> None:
+    """Held-out batch thirty-one's decode path, on the one-element Case its report shrank to: the re-drawn calls of
+    32 tokens are right, and refute no value model (T may be the trigger), so the other cache's scale is named.
+    (Its Triton kernel's report had V read from its storage's start, K's one value, fit by chance; a placement fit
+    of a few bytes must now give a re-drawn call of the same symptoms too.)"""
+    case = _case(num_tokens=1, num_heads=1, head_dim=1, cache_loc=(1,), k_scale=Scale("tensor1", 1.0),
+                 v_scale=Scale("tensor0d", 0.6666666865348816), recipe="divide", seed=0)
+    keys = [f.key for f in Diagnoser(_impl(_decode_path_v_with_k_scale, "divide"), CPU).diagnose(case)]
+    assert [k.split("@")[0] for k in keys] == ["scale:swapped"], keys
