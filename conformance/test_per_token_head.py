@@ -48,14 +48,26 @@ def _takes_mode(impl) -> bool:
 def _target(impl) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The recipes (modes) and layouts impl's per-token-head calls take; skips one that makes none.
     kvfp8 (per_token_head=): every recipe, told, and both layouts. vllm-per-token-head: the recipe it is
-    held to (identified), scale caches only, 3-D inputs and 4-D caches."""
+    held to (identified), scale caches (and inline scales where its scale caches default to None), 3-D
+    inputs and 4-D caches."""
     conv = impl.convention
     if not conv.per_token_head or (conv.name == "kvfp8" and not _takes_mode(impl)):
         takes = ", no per_token_head= parameter" if conv.per_token_head else ""
         pytest.skip(f"{impl.name} makes no per-token-head writes (the {conv.name} convention{takes})")
     if conv.name == "kvfp8":
         return PTH_MODES, LAYOUTS
-    return (impl.recipe if impl.recipe in PTH_RECIPES else DEFAULT_PTH_RECIPE,), ("separate",)
+    layouts = ("separate", "inline") if _takes_inline(impl) else ("separate",)
+    return (impl.recipe if impl.recipe in PTH_RECIPES else DEFAULT_PTH_RECIPE,), layouts
+
+
+def _takes_inline(impl) -> bool:
+    """A vllm-per-token-head write whose k_scale_cache and v_scale_cache default to None: called without them,
+    it stores the scales inline (its caches' last dim D + 4), and is held to that layout too."""
+    try:
+        params = inspect.signature(impl.fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(n in params and params[n].default is None for n in ("k_scale_cache", "v_scale_cache"))
 
 
 def _skip_unless_per_token_head(impl) -> None:
@@ -120,7 +132,8 @@ def test_per_token_head_is_bit_exact(data, layout, impl, device):
     layout (the capability table's rows per-token-head-inline and -separate)."""
     modes, layouts = _target(impl)
     if layout not in layouts:
-        pytest.skip(f"the {impl.convention.name} convention stores the scales in scale caches only")
+        pytest.skip(f"the {impl.convention.name} convention stores the scales in scale caches only (its "
+                    "k_scale_cache and v_scale_cache have no default of None)")
     size = "large" if device.type == "cuda" else "small"
     pc = data.draw(pth_cases(_base(size, impl), modes, (layout,)), label="pth_case")
     expected, actual = build_pth(pc, device), build_pth(pc, device)

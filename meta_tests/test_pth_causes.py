@@ -100,3 +100,17 @@ def test_scale_caches_written_as_contiguous_are_named():
     pc = dataclasses.replace(_CASE, k_scale_layout=head_major, v_scale_layout=head_major)
     found = pth_cause(pc, impl, CPU)
     assert found is not None and found.key == "per-token-head:scale-caches-as-contiguous", found
+
+
+def test_a_write_whose_scale_caches_default_to_none_is_held_to_inline_scales_too():
+    """Held-out batch thirty-two's inline write in vLLM's per-token-head signature (`k_scale_cache=None`) was
+    never called inline, and its report said it conforms; the example, whose scale caches have no default,
+    is held to scale caches only."""
+    from conformance.test_per_token_head import _target
+
+    def inline_too(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache=None, v_scale_cache=None):
+        example.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale_cache=k_scale_cache,
+                                  v_scale_cache=v_scale_cache)
+    conv = get_convention("vllm-per-token-head")
+    assert _target(Implementation("pth", inline_too, convention=conv))[1] == ("separate", "inline")
+    assert _target(Implementation("pth", example.reshape_and_cache, convention=conv))[1] == ("separate",)
