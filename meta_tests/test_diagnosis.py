@@ -2817,3 +2817,19 @@ def test_a_one_token_defect_is_not_refuted_by_a_right_call_of_more_tokens() -> N
                  v_scale=Scale("tensor0d", 0.6666666865348816), recipe="divide", seed=0)
     keys = [f.key for f in Diagnoser(_impl(_decode_path_v_with_k_scale, "divide"), CPU).diagnose(case)]
     assert [k.split("@")[0] for k in keys] == ["scale:swapped"], keys
+
+
+def test_one_raise_under_padding_and_out_of_range_is_one_missing_bound() -> None:
+    """Held-out batch thirty-two's one-token path indexed with the raw slot: an out-of-range slot and a padding
+    slot below -num_slots both raised IndexError, read as two defects. One, unless a padding rule is named (a
+    wrap that writes) or the exception types differ."""
+    from conformance.diagnosis.report import _merge_raises_outside_cache
+    groups = _groups("raises:IndexError@out-of-range", "raises:IndexError@padding+page-size")
+    _merge_raises_outside_cache(groups)
+    assert list(groups) == ["raises:IndexError@out-of-range"]
+    kept = _groups("raises:IndexError@out-of-range", "raises:IndexError@padding", "padding:wraps-to-end@padding")
+    _merge_raises_outside_cache(kept)
+    assert len(kept) == 3
+    apart = _groups("raises:ValueError@out-of-range", "raises:IndexError@padding")
+    _merge_raises_outside_cache(apart)
+    assert len(apart) == 2

@@ -312,6 +312,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _attribute_graph(groups)
     _attribute_combined(groups)
     _merge_skipped_tokens(groups)
+    _merge_raises_outside_cache(groups)
     _merge_per_head(groups)
     _attribute_to_plain_call(groups)
     _merge_plain_call(groups)
@@ -859,6 +860,23 @@ def _merge_skipped_tokens(groups: Groups) -> None:
         if host in groups and class_of(key) not in ("padding", "out-of-range"):
             _move(groups, key, lambda _n, _f, host=host: (host, " (with out-of-range slots too: tokens that write "
                                                                  "nothing)"))
+
+
+def _merge_raises_outside_cache(groups: Groups) -> None:
+    """One exception type raised under "out-of-range" and under "padding": slots outside [0, num_slots) on either
+    side, one index check missing (a padding slot far below zero wraps to outside the cache, as an out-of-range
+    one lies past it), so one defect, under the out-of-range key. Not where a padding rule is named (a wrap that
+    writes, whose raise on the farthest negatives is its own symptom)."""
+    if any(class_of(k) == "padding" for k in groups):
+        return
+    for key in [k for k in groups if class_of(k) == "raises" and "padding" in trigger_set(k)
+                and "out-of-range" not in trigger_set(k)]:
+        kind = key.split("@", 1)[0]
+        hosts = [h for h in groups if h != key and h.split("@", 1)[0] == kind and "out-of-range" in trigger_set(h)
+                 and "padding" not in trigger_set(h)]
+        if len(hosts) == 1:
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (a padding slot far below zero: outside the "
+                                                                     "cache on the other side)"))
 
 
 def _encoding_kinds(key: str) -> set[str]:
