@@ -195,13 +195,21 @@ def other_floats(case: Case, factor: float) -> tuple[float, float]:
     return f32(case.k_scale.value * factor), f32(case.v_scale.value * factor)
 
 
-def float_scale_experiment(impl: Implementation, case: Case, factor: float, device: torch.device) -> None:
+def reference_at_other_floats(case: Case, factor: float, device: torch.device) -> Built:
+    """The reference's call on the Case's inputs with its floats times `factor`."""
+    ref_other = _with_scales(build(case, device), *other_floats(case, factor))
+    return run_reference(ref_other.case, device, ref_other)
+
+
+def float_scale_experiment(impl: Implementation, case: Case, factor: float, device: torch.device,
+                           ref_other: Built | None = None) -> None:
     """Capture `case`'s call, make an eager call with its floats times `factor`, then replay: each step is
-    checked against the reference, and fails with the Case (inline, `captured: {json}`) and the factor, so
-    the diagnosis can run the same experiment again (conformance.diagnosis.classify)."""
+    checked against the reference (`ref_other`: reference_at_other_floats, when the caller has it), and fails
+    with the Case (inline, `captured: {json}`) and the factor, so the diagnosis can run the same experiment
+    again (conformance.diagnosis.classify)."""
     ks, vs = other_floats(case, factor)
-    ref_other = _with_scales(build(case, device), ks, vs)
-    run_reference(ref_other.case, device, ref_other)
+    if ref_other is None:
+        ref_other = reference_at_other_floats(case, factor, device)
     built, graph, pristine = captured(impl, case, device)
 
     eager = _with_scales(build(case, device), ks, vs)
@@ -225,9 +233,9 @@ def test_float_scale_is_captured(data, impl, device):
     ks, vs = other_floats(case, factor)
     assume(all(2.0**-126 <= s <= FP32.max_finite for s in (ks, vs)))
     # The same inputs under the other floats: can the reference tell the two apart?
-    ref_other = _with_scales(build(case, device), ks, vs)
-    assume(compare_caches(run_reference(case, device), run_reference(ref_other.case, device, ref_other)) is not None)
-    float_scale_experiment(impl, case, factor, device)
+    ref_other = reference_at_other_floats(case, factor, device)
+    assume(compare_caches(run_reference(case, device), ref_other) is not None)
+    float_scale_experiment(impl, case, factor, device, ref_other)
 
 
 @graph_settings

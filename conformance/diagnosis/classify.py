@@ -615,8 +615,8 @@ def _graph_again(key: str, message: str, case: Case, diagnoser) -> bool | None:
     the float-scale one on the Case it captured, with its factor; the others, a capture of the Case."""
     if key == "graph:float-scale":
         factor = re.search(r"with scale x([\d.]+)", message)
-        at = message.find("captured: {")  # an eager call's failure names the captured Case so; a replay's, inline
-        captured = case_in("case: " + message[at + len("captured: "):]) if at >= 0 else case
+        # an eager call's failure names the captured Case so; a replay's names it inline
+        captured = case_in(message, "captured") if "captured: {" in message else case
         if factor is None or captured is None:
             return True  # nothing to run again: the text stands
         return diagnoser.float_scale_fails(captured, float(factor.group(1)))
@@ -749,13 +749,14 @@ def classify_failure(exc: BaseException, test: str, module: str, params: dict[st
     return findings
 
 
-def case_in(message: str) -> Case | None:
-    """The Case a report names as "case: {json}" (graph and exhaustive reports), if it can be read."""
-    start = message.find("case: {")
+def case_in(message: str, label: str = "case") -> Case | None:
+    """The Case a report names as "case: {json}" (graph and exhaustive reports; another label: "captured",
+    the Case a float-scale experiment captured), if it can be read."""
+    start = message.find(f"{label}: {{")
     if start < 0:
         return None
     try:
-        return Case.from_dict(json.JSONDecoder().raw_decode(message[start + len("case: "):])[0])
+        return Case.from_dict(json.JSONDecoder().raw_decode(message[start + len(label) + 2:])[0])
     except (ValueError, KeyError, TypeError):  # a report cut short, or a Case this version cannot read
         return None
 
@@ -972,11 +973,11 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
             return [raised(message.split("\n", 1)[-1])]
         from conformance.diagnosis.per_head import only_where_t_equals_h, per_head_cause, per_head_scales
         scales = per_head_scales(message)
-        replayable = twin is not None and scales and impl and device
-        cause = per_head_cause(twin, *scales, impl, device) if replayable else None
+        runnable = twin is not None and scales and impl and device
+        cause = per_head_cause(twin, *scales, impl, device) if runnable else None
         found = cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
                                  replayable=False)
-        if replayable and only_where_t_equals_h(twin, *scales, impl, device):
+        if runnable and only_where_t_equals_h(twin, *scales, impl, device):
             from conformance.diagnosis.ablation import BY_NAME
             found.key, found.title = f"{found.key}@tokens-equal-heads", f"{found.title}, " \
                                                                        f"{BY_NAME['tokens-equal-heads'].words}"

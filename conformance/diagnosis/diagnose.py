@@ -140,6 +140,10 @@ def symptoms(error: str | None, findings: list[Finding]) -> set[str]:
 MULTI_TOKEN_DIMENSIONS = frozenset({
     "padding", "out-of-range", "duplicate-slots", "shared-page", "first-slot", "last-slot", "page-size", "strided-loc",
     "loc-int32", "padded-keys", "strided-input", "input-layouts-differ", "strided-cache", "cache-layouts-differ"})
+#: Triggers whose other ablations' variants break them too, so those read as triggers as well: one token, or H a
+#: power of two, is no longer T = H; one token, or a page of its own for each, is no more tokens than pages.
+IMPLIED = {"tokens-equal-heads": ("many-tokens", "heads-not-pow2"),
+           "tokens-above-pages": ("many-tokens", "shared-page")}
 #: Symptoms of the values written: a placement effect read under one of them changes symptom when the values do.
 VALUE_SYMPTOMS = frozenset({"values", "nan-sign", "zero-sign", "overflow"})
 #: Calls of one Case on a GPU before it counts as passing (see Diagnoser._run).
@@ -260,10 +264,8 @@ class Diagnoser:
                 trigger.append(ablation.name)
         if "many-tokens" in trigger and set(trigger) & MULTI_TOKEN_DIMENSIONS:
             trigger.remove("many-tokens")  # a consequence of the other trigger (slots of several tokens), not a cause
-        if "tokens-equal-heads" in trigger:  # one token, or H a power of two, breaks the equality: consequences
-            trigger = [t for t in trigger if t not in ("many-tokens", "heads-not-pow2")]
-        if "tokens-above-pages" in trigger:  # one token, or a page a token, is no more tokens than pages
-            trigger = [t for t in trigger if t not in ("many-tokens", "shared-page")]
+        implied = {d for t in trigger for d in IMPLIED.get(t, ())}
+        trigger = [t for t in trigger if t not in implied]
         if "last-slot" in trigger and "page-size" in trigger and self._last_slot_kept_fails(current, symptom):
             trigger.remove("page-size")  # another page size moved the last slot, not the cause
         for differ, strided, names in (("cache-layouts-differ", "strided-cache", ("k_cache_layout", "v_cache_layout")),

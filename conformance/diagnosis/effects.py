@@ -1271,7 +1271,6 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         clamped = _clamped_inputs(rows, held, bound)
         if clamped is not None:
             yield key, lambda clamped=clamped: clamped
-    own = _scale_value(rows.scale)
     for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
         if own < floor:  # the floor in the key, so that re-drawn calls must show the same one
             yield f"scale:floored:{floor:g}", lambda floor=floor: rows.q(held, floor)
@@ -1312,7 +1311,6 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for fmt in CACHE_FORMATS:  # bytes of another format (a uint8 cache taken to hold e5m2, say)
         if fmt not in (case.cache_format, "fp8_e4m3"):
             yield f"format:{fmt.removeprefix('fp8_')}-bytes", lambda fmt=fmt: _other_format(rows, held, fmt)
-    own = _scale_value(rows.scale)
     if 0 < own < float("inf"):  # after the formats: e4m3fnuz's bytes are e4m3's at half the value
         # a kernel that takes the exponent apart for powers of two only is right at other scales: there its
         # own scale is one of the alternatives (the call is right at the telling scales the effect is held to)

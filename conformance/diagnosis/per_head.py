@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from conformance.cachemap import CACHES
 from conformance.diagnosis.classify import Finding
+from conformance.diagnosis.effects import _same_caches
 from conformance.harness import SuiteError, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.test_per_head import _per_head
@@ -140,7 +140,7 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
     if replay is None or replay.error or replay.symptoms:
         return []
     called = _per_head_call(cleaned, values, step, impl, device)
-    if called is not None and all(torch.equal(_bytes(called[0], c), _bytes(called[1], c)) for c in CACHES):
+    if called is not None and _same_caches(*called):
         return []  # the per-head call is right there too
     cause = None if called is None else _reading(cleaned, values, step, *called, device)
     return [cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
@@ -164,8 +164,7 @@ def only_where_t_equals_h(case: Case, values: dict[str, Values], step: int, impl
         return False
     for n in (t + 1, t - 1):
         called = _per_head_call(resized(case, "tokens", n), values, step, impl, device)
-        if called is None or any(not torch.equal(_bytes(called[0], c), _bytes(called[1], c))
-                                 for c in ("k_cache", "v_cache")):
+        if called is None or not _same_caches(*called):
             return False
     return True
 

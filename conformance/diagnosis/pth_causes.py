@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 
 from conformance.diagnosis.classify import Finding
+from conformance.diagnosis.effects import _contiguous_strides
 from kernel.per_token_head import (
     FLOOR_FLASHINFER,
     FLOOR_ON,
@@ -119,7 +120,7 @@ def _as_contiguous(sc: torch.Tensor | None) -> torch.Tensor | None:
     its own storage, which a strided cache's gaps make larger, and a permuted one's order leaves as large)."""
     if sc is None:
         return None
-    return sc.as_strided(sc.shape, torch.empty(sc.shape, device="meta").stride(), sc.storage_offset())
+    return sc.as_strided(sc.shape, _contiguous_strides(sc.shape), sc.storage_offset())
 
 
 def _scale_caches_contiguous(plan: PTHPlan) -> PTHPlan:
@@ -175,15 +176,16 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     if pc.case.input_dtype in ("bfloat16", "float16"):
         rules.append(("per-token-head:scale-in-input-dtype", f"computes each head's scale in {pc.case.input_dtype} "
                       "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
+    plains = {held.name: [_reference_with(c, device, held, head_scales) for c in cases]}
     if pc.layout == "separate":  # where the scales go, under the held recipe
         want = [_reference_with(c, device, held, head_scales, place=_scale_caches_contiguous) for c in cases]
-        plain = [_reference_with(c, device, held, head_scales) for c in cases]
+        plain = plains[held.name]
         if not all(_same(w, p) for w, p in zip(want, plain)) and all(_same(w, g) for w, g in zip(want, got)):
             return Finding("per-token-head", "per-token-head:scale-caches-as-contiguous", "with dynamic "
                            "per-(token, head) scales, writes its scale caches ignoring their strides (as if "
                            "contiguous [pages, page_size, H] from their first element)", replayable=False)
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
-        plain = [_reference_with(c, device, recipe, head_scales) for c in cases]
+        plain = plains.get(recipe.name) or [_reference_with(c, device, recipe, head_scales) for c in cases]
         for key, title, scales, *stored in [*rules, *STORED_RULES]:
             if key == f"per-token-head:floor-on-{FLOOR_ON[recipe.rule]}":
                 continue
