@@ -349,7 +349,8 @@ def test_a_defect_of_k_and_v_sharing_memory_is_its_own(tmp_path, monkeypatch):
     from strategies.overlap import InputSharing, Pool, Sharing
     monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
     impl = Implementation("v-is-k", v_is_k_shortcut, convention=detect(v_is_k_shortcut))
-    case = _small().replace(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7), recipe="unfused")
+    case = _small().replace(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7), recipe="unfused",
+                            v_values="k")
     halves = Pool(order=(0, 4, 1, 2, 3), extra=(0, 0, 0, 0, 0))
     assert _inputs_own_buffers(case, Sharing(halves, InputSharing("same")), impl, CPU)
     with pytest.raises(ConformanceFailure) as info:
@@ -361,3 +362,37 @@ def test_a_defect_of_k_and_v_sharing_memory_is_its_own(tmp_path, monkeypatch):
     nodes = {"a": Node("a", "failed", findings=[strided]), "b": Node("b", "failed", findings=[finding])}
     keys = sorted(d.key for d in report.defects_from(nodes, tmp_path / "cases", {"args": ""}))
     assert keys == ["strides:cache-ignored@strided-cache", "wrong-bytes:inputs-shared"], keys
+
+
+def v_quotient_overflow_as_nan(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                               use_triton=True, *, recipe="unfused", checked=False):
+    """V's quotient that overflows fp32 is written as NaN (0x7F), not saturated: a V-path value defect that only
+    values far above V's scale trigger (K's, when one tensor is passed as both)."""
+    from kernel import naive_fp8_set_kv_buffer
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                            checked=checked)
+    s = float(v_scale) if v_scale is not None else 1.0
+    for t, slot in enumerate(cache_loc.tolist()):
+        if slot >= 0:
+            row = v_cache.view(torch.uint8).view(-1, *v_cache.shape[-2:])[slot]
+            row[torch.isinf(v[t].float() / s)] = 0x7F
+
+
+def test_v_given_ks_values_replays_alone_as_a_value_defect(tmp_path, monkeypatch):
+    """With v is k, V's path is given K's values: the saved Case says so (v_values "k"), so a V-path value defect
+    that only K's values trigger fails on that Case in buffers of its own too, and is diagnosed by replay like any
+    value defect, not keyed to the shared memory (seen: a held-out pair's third key)."""
+    from conformance.test_overlap import SPECIFIC, _plain
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = Implementation("v-overflow-nan", v_quotient_overflow_as_nan, convention=detect(v_quotient_overflow_as_nan))
+    own = _small().replace(k_scale=Scale("float", 2.0 ** 100), v_scale=Scale("float", 2.0 ** -30), recipe="unfused")
+    same = own.replace(v_values="k")
+    built = build(same)
+    assert torch.equal(built.v_logical, built.k_logical) and not torch.equal(build(own).v_logical, built.k_logical)
+    assert _plain(own, impl, CPU) == SPECIFIC  # V's own values never overflow: the old rebuild passed
+    assert _plain(same, impl, CPU) != SPECIFIC
+    with pytest.raises(ConformanceFailure) as info:
+        fail(impl, "differs from the reference (recipe unfused) when its tensors share memory:",
+             f"v_cache bytes differ\nsharing: ...\n{_plain(same, impl, CPU)}", same)
+    keys = {f.key for f in _findings(info.value, "test_overlap", impl)}
+    assert keys and not any("shared" in k or k.startswith("unclassified") for k in keys), keys

@@ -162,7 +162,8 @@ def _logical_values(case: Case, h: torch.Tensor, rows: int) -> torch.Tensor:
     mantissa bits, so |x| / scale spans e4m3's subnormals through overflow past 448. The value is
     assembled as bits: subnormal where the exponent is below the dtype's range (mantissa shifted
     out, possibly to zero), the largest finite value above it. inf and NaN come only from overrides.
-    K and V are one batch (half the device ops); only the scale's exponent differs by row.
+    K and V are one batch (half the device ops); only the scale's exponent differs by row. With
+    case.v_values == "k", V's row is K's.
     """
     man_bits, bias, max_biased = _FIELDS[case.input_dtype]
     width = 32 if case.input_dtype == "float32" else 16
@@ -186,6 +187,8 @@ def _logical_values(case: Case, h: torch.Tensor, rows: int) -> torch.Tensor:
     for o in case.overrides:  # one fill each: an index tensor would cost a host-to-device copy, which waits
         if o.index < n:
             flat[o.index + (n if o.tensor == "v" else 0)].fill_(_signed(o.bits, width))  # fill_: no tensor made
+    if case.v_values == "k":  # one tensor passed as both: V's row is K's, its own overrides unused
+        signed[1].copy_(signed[0])
     return signed.to(BITS_DTYPES[case.input_dtype]).view(DTYPES[case.input_dtype]).reshape(2, rows,
                                                                                           *case.input_shape[1:])
 

@@ -110,8 +110,14 @@ class Case:
     # Rows of K and V past the last token, which no slot names: vLLM's CUDA-graph padding, where the batch's T is
     # slot_mapping's length and the keys may be longer (vllm#13922). Only a convention that takes them passes them.
     padded_rows: int = 0
+    # Whose values V holds: "own" (the "v" stream and V's overrides), or "k" (K's, overrides included): k and v
+    # passed as one tensor (strategies.overlap's "same" sharing), so that the Case alone, in buffers of its own,
+    # replays what V's path was given.
+    v_values: Literal["own", "k"] = "own"
 
     def __post_init__(self) -> None:
+        if self.v_values not in ("own", "k"):
+            raise ValueError(f"Case.v_values must be 'own' or 'k', got {self.v_values!r}")
         if self.cache_format not in CACHE_FORMATS:
             raise ValueError(f"Case.cache_format must be one of {CACHE_FORMATS}, got {self.cache_format!r}")
         if self.cache_dtype != "uint8" and self.cache_dtype != FP8_CACHE_DTYPES[self.cache_format]:
