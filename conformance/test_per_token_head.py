@@ -14,6 +14,7 @@ Only implementations that take `per_token_head=` are called (this repository's k
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import pytest
 import torch
@@ -359,15 +360,16 @@ def test_uint8_and_fp8_caches_hold_the_same_bytes(data, impl, device):
 @pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
 def test_every_input_pattern(dtype, impl, device):
     """Exhaustive: all 65,536 bit patterns of the input dtype, 512 heads of 128 in order (K) and permuted (V),
-    so each pattern is quantized beside others of its own range (NaN and inf heads included)."""
+    so each pattern is quantized beside others of its own range (NaN and inf heads included), in each layout
+    the implementation takes."""
     from conformance.test_exhaustive import patterns
     modes, layouts = _target(impl)
     # 64 distinct slots of 80 (7 is prime to 80): a shared slot's bytes would be either token's.
     case = Case(num_tokens=64, num_heads=8, head_dim=128, page_size=16, num_pages=5,
                 cache_loc=tuple((7 * t + 3) % 80 for t in range(64)), input_dtype=dtype, seed=7, recipe="single")
-    for mode in modes:
-        scales = (Layout.contiguous(3), Layout.contiguous(3)) if "separate" in layouts else (None, None)
-        pc = PTHCase(case, mode, "separate" if "separate" in layouts else "inline", *scales)
+    for mode, layout in itertools.product(modes, layouts):
+        scales = (Layout.contiguous(3), Layout.contiguous(3)) if layout == "separate" else (None, None)
+        pc = PTHCase(case, mode, layout, *scales)
         expected, actual = build_pth(pc, device), build_pth(pc, device)
         for b in (expected, actual):
             for name, permuted in (("k", False), ("v", True)):
