@@ -1528,12 +1528,90 @@ def test_one_effect_under_padding_and_under_out_of_range_alone_is_one_defect() -
     keys = ["wrong-slot:unexplained@padding", "wrong-slot:unexplained@out-of-range", "padding:wraps-to-end@padding",
             "out-of-range:written@out-of-range",
             # held-out batch 26: padding and out-of-range tokens sent to slot 0 with its old bytes
-            "wrong-slot:unwritten@first-slot+out-of-range", "wrong-slot:unwritten@first-slot+padding"]
+            "wrong-slot:unwritten@first-slot+out-of-range", "wrong-slot:unwritten@first-slot+padding",
+            # held-out batch 33: an invalid entry before a valid one; sorted, out-of-range entries go last
+            "wrong-slot:tokens-moved@padding", "wrong-slot:tokens-moved@out-of-range+slots-unsorted"]
     groups = {k: [(str(i), Finding(k.split(":")[0], k, k))] for i, k in enumerate(keys)}
     _merge_skipped_tokens(groups)
     assert sorted(groups) == ["out-of-range:written@out-of-range", "padding:wraps-to-end@padding",
-                              "wrong-slot:unexplained@padding", "wrong-slot:unwritten@first-slot+padding"], \
-        sorted(groups)
+                              "wrong-slot:tokens-moved@padding", "wrong-slot:unexplained@padding",
+                              "wrong-slot:unwritten@first-slot+padding"], sorted(groups)
+
+
+def _pair_skips_after_even_padding(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                   use_triton=True, *, recipe="unfused", checked=False):
+    """Two tokens a program, and `if slot < 0: return` on the first: a padding token at an even index leaves
+    the next token unwritten, wherever its slot lies."""
+    old = [c.clone() for c in (k_cache, v_cache)]
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    loc = cache_loc.tolist()
+    for t in range(0, len(loc) - 1, 2):
+        if loc[t] < 0 and 0 <= loc[t + 1] < k_cache.shape[0] * k_cache.shape[1]:
+            for cache, before in zip((k_cache, v_cache), old):
+                flat, was = cache.view(-1, *cache.shape[2:]), before.view(-1, *before.shape[2:])
+                flat[loc[t + 1]] = was[loc[t + 1]]
+
+
+def test_a_token_left_unwritten_past_a_bound_by_chance_is_no_bound() -> None:
+    """Slot 48 of four pages left unwritten, the only named slot past "pages": the bound fits, and fits again
+    with more pages where the slot stays past it. Moved below the larger cache's bound, the token stays
+    unwritten (its place in the batch is the cause): the slots left unwritten, under padding (batch 33)."""
+    case = Case(num_tokens=4, num_heads=1, head_dim=64, page_size=16, num_pages=4, cache_loc=(1, -1, -1, 48),
+                k_scale=Scale("float", 1.0), v_scale=Scale("float", 1.0), recipe="unfused")
+    found = {f.key for f in Diagnoser(_impl(_pair_skips_after_even_padding), CPU).diagnose(case)}
+    assert found == {"wrong-slot:unwritten@padding"}, found
+
+
+def _v_rows_after_compaction(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                             use_triton=True, *, recipe="unfused", checked=False):
+    """The invalid entries filtered inside the loop over K and V, the slots rebound: V's pass filters the
+    compacted slots and takes rows 0..n-1, not the valid tokens' (held-out batch 33)."""
+    loc = cache_loc.to(torch.int64)
+    num_slots = k_cache.shape[0] * k_cache.shape[1]
+    rows_of = {}
+    for name in ("k", "v"):
+        keep = ((loc >= 0) & (loc < num_slots)).nonzero().squeeze(1)
+        loc = loc.index_select(0, keep)
+        rows_of[name] = keep
+    k_rows, v_rows = k.index_select(0, rows_of["k"]), v.index_select(0, rows_of["v"])
+    _reference(k_rows, v_rows, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_row_from_the_wrong_token_that_differs_in_one_byte_is_placement() -> None:
+    """Two tokens whose values nearly agree (e4m3 ties): V's row taken from the padding token differs in one
+    subnormal byte, which a scale ignored fits. The same call with re-drawn values shows whole tokens out of
+    place, and that placement explains the one byte too: the cause (batch 33's minimal Case)."""
+    tie, other = 966367642, 979789415
+    over = tuple(Override(t, i, other if (t, i) == ("v", 3) else tie, "e4m3-tie") for t in "kv" for i in range(4))
+    case = Case(num_tokens=2, num_heads=2, head_dim=1, page_size=16, num_pages=2, cache_loc=(-1, 1),
+                input_dtype="float32", k_scale=Scale("tensor1", 0.30000001192092896),
+                v_scale=Scale("float", 0.30000001192092896), overrides=over, recipe="single")
+    found = {f.key.split("@")[0] for f in Diagnoser(_impl(_v_rows_after_compaction, "single"), CPU).diagnose(case)}
+    assert found == {"wrong-slot:tokens-moved"}, found
+
+
+def _overflow_as_448(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                     recipe="unfused", checked=False, cache_dtype=None):
+    """An e5m2 write whose saturation step replaces the cast's ±inf with e4m3's ±448 (0x5F/0xDF)."""
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe,
+                            checked=checked, cache_dtype=cache_dtype)
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        y = x.float() / (1.0 if s is None else float(s))
+        flat = cache.view(torch.uint8).view(-1, *cache.shape[2:])
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < flat.shape[0]:
+                over = y[t].abs() >= 61440  # torch's e5m2 cast rounds these to inf
+                flat[slot][over] = torch.where(y[t][over] < 0, 0xDF, 0x5F).to(torch.uint8)
+
+
+def test_e5m2_overflow_written_as_e4m3s_largest_value_is_named() -> None:
+    """e4m3's 448 kept in an e5m2 path's saturation (batch 33): the cast's overflow written as ±448, values up to
+    ±57344 right, which a clamp at 448 (saturates-low) would not leave."""
+    over = [Override("k", i, bits, "") for i, bits in enumerate((0x7F80, 0xFF80, 0x4780, 0x4760))]  # ±inf, 65536
+    case = _case(cache_dtype="float8_e5m2", cache_format="fp8_e5m2", input_dtype="bfloat16", overrides=tuple(over),
+                 k_scale=Scale("float", 1.0), v_scale=Scale("float", 1.0))
+    found = {f.key for f in Diagnoser(_impl(_overflow_as_448), CPU).diagnose(case)}
+    assert {k.split("@")[0] for k in found} == {"encoding:overflow-at:448"}, found
 
 
 def _bf16_through_fp16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,

@@ -357,17 +357,26 @@ class Diagnoser:
 
     def _bound_confirmed(self, case: Case, effect: Effect, symptom: str, replay: Replay) -> Effect:
         """A wrong number of slots (pages x H, say) must be the same formula on a cache of other sizes: the
-        Case is replayed with more pages, and where slots are still left unwritten the same bound must
-        explain it. A tile tail that leaves the last tokens unwritten can line up with such a bound once;
-        refuted, the effect is the slots left unwritten (or what no model explains). The variant also names
-        slot 0, which every such bound keeps: a kernel that writes nothing (a D it cannot handle) fits a
-        bound on a Case whose every slot lies past it, and is refuted there."""
+        Case is replayed with more pages, the slots it skipped moved below the larger bound, and where slots are
+        still left unwritten the same bound must explain it (a token left unwritten for another reason, such as
+        its place in the batch, stays unwritten there). A tile tail that leaves the last tokens unwritten can
+        line up with such a bound once; refuted, the effect is the slots left unwritten (or what no model
+        explains). The variant also names slot 0, which every such bound keeps: a kernel that writes nothing (a
+        D it cannot handle) fits a bound on a Case whose every slot lies past it, and is refuted there."""
         if self._bound_refuted(case, effect, replay):
             return Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"],
                           unwritten_where(case, replay.expected, replay.actual))
         variant = case.replace(num_pages=2 * case.num_pages + 1)
-        if 0 not in case.cache_loc:
-            variant = variant.replace(num_tokens=case.num_tokens + 1, cache_loc=(*case.cache_loc, 0))
+        bound = next((slots for name, slots in BOUNDS if effect.detail == f"slots at or past {name} skipped"), None)
+        if bound is not None:  # the skipped slots moved below the larger cache's bound: the bound must write them
+            old, new = bound(case), min(bound(variant), variant.num_slots)
+            skipped = sorted({s for s in case.cache_loc if old <= s < case.num_slots})
+            free = [s for s in range(old, new) if s not in case.cache_loc][:len(skipped)]
+            if skipped and len(free) == len(skipped):
+                moved = dict(zip(skipped, free))
+                variant = variant.replace(cache_loc=tuple(moved.get(s, s) for s in case.cache_loc))
+        if 0 not in variant.cache_loc:
+            variant = variant.replace(num_tokens=case.num_tokens + 1, cache_loc=(*variant.cache_loc, 0))
             variant = with_ordinary_values(case, variant)  # a value defect must not show in the added token
         r = self.replay(variant)
         if r is None or r.error or symptom not in r.symptoms:
@@ -537,7 +546,7 @@ class Diagnoser:
                 keys = value_keys_fitting(variant, r.expected, r.actual, r.before, keys)
             elif r is None or r.error or not (symptom in r.symptoms or (sign_rule and "values" in r.symptoms)
                                                 or (old_bytes_rule and r.symptoms & {"values", "placement"})):
-                moved = self._placement_behind_sign(case, variant, r, replay) if sign_rule else None
+                moved = self._placement_behind(case, variant, r, replay)
                 if moved is not None:
                     return moved
                 continue  # the re-drawn values do not show it: no evidence either way
@@ -559,11 +568,13 @@ class Diagnoser:
             return effect
         return Effect(keys[0], title_of(keys[0], case.recipe), effect.detail, effect.value, keys[1:])
 
-    def _placement_behind_sign(self, case: Case, variant: Case, r: Replay | None, replay: Replay) -> Effect | None:
+    def _placement_behind(self, case: Case, variant: Case, r: Replay | None, replay: Replay) -> Effect | None:
         """At an extreme scale every byte is ±0 or ±max, so whole tokens at the wrong slot differ in their signs
-        alone and read as a sign rule. Where the call at ordinary scales shows bytes out of place instead, a
-        placement model that explains it and the minimal Case's own bytes is the cause (V read one token ahead,
-        seen with a v_scale of 1.4e-45)."""
+        alone and read as a sign rule; where two tokens' values nearly agree (ties, subnormals), a row taken from
+        the wrong token differs in one byte and reads as a value rule. Where the call with re-drawn values shows
+        bytes out of place instead, a placement model that explains it and the minimal Case's own bytes is the
+        cause (V read one token ahead, seen with a v_scale of 1.4e-45; V's rows taken from the wrong tokens after
+        padding, seen as a scale ignored on one subnormal byte)."""
         if r is None or r.error or "placement" not in r.symptoms:
             return None
         for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant)):

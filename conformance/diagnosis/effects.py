@@ -189,6 +189,10 @@ def title_of(key: str, held: str = "") -> str:
     if effect.startswith("strides:dims-reversed:"):
         return (f"writes each group of {effect.rsplit(':', 1)[1]} dims of a head in reverse order (a vector store "
                 "packing its bytes in the wrong order)")
+    if effect.startswith("encoding:overflow-at:"):
+        return (f"writes a quotient past the format's range as ±{effect.rsplit(':', 1)[1]}, another format's "
+                "largest value, where the recipe saturates at the format's own (a saturation step's constant "
+                "kept from another format's path)")
     if effect.startswith("encoding:nan-byte:"):
         return (f"writes NaN as {effect.rsplit(':', 1)[1]}, another NaN encoding of the cache's format than the "
                 "recipe's (a NaN constant taken from another type: fp16's canonical NaN's high byte is 0x7E)")
@@ -918,6 +922,20 @@ def _overflow_inf(rows: _Rows, held: str) -> torch.Tensor:
                       CACHE_FORMATS[rows.case.cache_format]).cpu()
 
 
+def _overflow_at(rows: _Rows, held: str, bound: float) -> torch.Tensor:
+    """The held recipe's bytes with each quotient that overflows the cast (the format's own ±max where the recipe
+    saturates it) written as ±bound, another format's largest value: a saturation step that replaces the cast's
+    ±inf with a constant kept from another format's path (448 in an e5m2 write). Finite values up to the format's
+    max stay right, which a clamp at ±bound (`saturates-low`) would not leave."""
+    y = _pre_cast(rows, held)
+    recipe, fmt = get_recipe(held), CACHE_FORMATS[rows.case.cache_format]
+    q = rows.q(held)
+    top = encode_fp8(torch.tensor([fmt.max_finite]), recipe, fmt).cpu()
+    overflow = (_overflow_inf(rows, held) != q) & ((q & 0x7F) == top)
+    plus = encode_fp8(torch.tensor([bound]), recipe, fmt).cpu()
+    return torch.where(overflow, torch.where(y.cpu() < 0, plus | 0x80, plus), q)
+
+
 def _inf_kept(rows: _Rows, held: str) -> torch.Tensor | None:
     """The held recipe's bytes with each infinite quotient written as the format's ±inf, finite ones saturated
     (hip's `__HIP_SATFINITE` style: "propagate NaN/inf, no clipping"); None where no quotient is infinite."""
@@ -1249,6 +1267,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         kept = _inf_kept(rows, held)
         if kept is not None:
             yield "encoding:inf-kept", lambda: kept
+    own_max = CACHE_FORMATS[case.cache_format].max_finite
+    for bound in sorted({f.max_finite for f in CACHE_FORMATS.values() if f.max_finite < own_max}):
+        yield f"encoding:overflow-at:{bound:g}", lambda bound=bound: _overflow_at(rows, held, bound)
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
     other_nan = _other_nan_mask(rows, held)

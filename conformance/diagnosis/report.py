@@ -853,13 +853,17 @@ def _merge_skipped_tokens(groups: Groups) -> None:
     """One effect under "padding" and under "out-of-range" (each with the same other dimensions), where no model
     names a padding or an out-of-range rule: tokens that write nothing, handled alike (a padding token's carried
     bytes taken from the wrong cache; both sent to slot 0 with its old bytes, which a token of slot 0 then
-    loses), so one defect, under the padding key."""
+    loses), so one defect, under the padding key. The out-of-range side may need the slots unsorted besides:
+    sorted, its entries go last, and a defect that an invalid entry before a valid one triggers (V's rows taken
+    after the batch was compacted) vanishes; padding's negative entries sort first."""
     for key in [k for k in groups if "out-of-range" in trigger_set(k)]:
-        others = trigger_set(key) - {"out-of-range"}
-        host = f"{key.split('@', 1)[0]}@{'+'.join(sorted(others | {'padding'}))}"
-        if host in groups and class_of(key) not in ("padding", "out-of-range"):
-            _move(groups, key, lambda _n, _f, host=host: (host, " (with out-of-range slots too: tokens that write "
-                                                                 "nothing)"))
+        others = trigger_set(key) - {"out-of-range", "slots-unsorted"}
+        hosts = [h for h in groups if h != key and h.split("@", 1)[0] == key.split("@", 1)[0]
+                 and trigger_set(h) - {"slots-unsorted"} == others | {"padding"}
+                 and trigger_set(h) <= trigger_set(key) - {"out-of-range"} | {"padding"}]
+        if len(hosts) == 1 and class_of(key) not in ("padding", "out-of-range"):
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (with out-of-range slots too: tokens that "
+                                                                     "write nothing)"))
 
 
 def _merge_raises_outside_cache(groups: Groups) -> None:
