@@ -114,3 +114,25 @@ def test_a_write_whose_scale_caches_default_to_none_is_held_to_inline_scales_too
     conv = get_convention("vllm-per-token-head")
     assert _target(Implementation("pth", inline_too, convention=conv))[1] == ("separate", "inline")
     assert _target(Implementation("pth", example.reshape_and_cache, convention=conv))[1] == ("separate",)
+
+
+def _padded_amax(x32):
+    """D padded to a power of two with -inf, then abs: every padded head's amax is +inf (held-out batch 33)."""
+    d = x32.shape[-1]
+    width = 1 << (d - 1).bit_length()
+    padded = torch.nn.functional.pad(x32, (0, width - d), value=float("-inf"))
+    amax = padded.abs().amax(dim=-1)
+    return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
+
+
+def test_a_rule_on_d_is_the_trigger(monkeypatch):
+    """A failure only where D is not a power of two: replayed at the probed sizes, it names that rule; a rule
+    every size shows (one amax a token) names none."""
+    from conformance.diagnosis.pth_causes import pth_size_rule
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    odd = dataclasses.replace(_CASE, case=_CASE.case.replace(head_dim=12))
+    monkeypatch.setattr(example, "_quantize", _quantize_with(_padded_amax))
+    rule = pth_size_rule(odd, impl, CPU)
+    assert rule is not None and rule.name == "dim-not-pow2", rule
+    monkeypatch.setattr(example, "_quantize", _quantize_with(_per_token))
+    assert pth_size_rule(odd, impl, CPU) is None

@@ -792,17 +792,29 @@ def _eager_findings(message: str, impl: Implementation | None, device: torch.dev
     return found
 
 
+def _saved_pth_case(path: str):
+    """The PTHCase a per-token-head failure file holds (tools.repro replays it); None where it cannot be read."""
+    from conformance.artifacts import load_case
+    from strategies.per_token_head import PTHCase
+    try:
+        return PTHCase.from_dict(load_case(path)[1]["pth_case"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _pth_cause(path: str, impl: Implementation, device: torch.device) -> Finding | None:
     """The scale rule a per-token-head write follows where it is not the recipe's
     (conformance/diagnosis/pth_causes.py), from the PTHCase its failure file holds."""
-    from conformance.artifacts import load_case
     from conformance.diagnosis.pth_causes import pth_cause
-    from strategies.per_token_head import PTHCase
-    try:
-        pc = PTHCase.from_dict(load_case(path)[1]["pth_case"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pth_cause(pc, impl, device)
+    pc = _saved_pth_case(path)
+    return None if pc is None else pth_cause(pc, impl, device)
+
+
+def _pth_size_rule(path: str, impl: Implementation, device: torch.device):
+    """The rule on D a per-token-head failure follows (pth_causes.pth_size_rule); None where it names none."""
+    from conformance.diagnosis.pth_causes import pth_size_rule
+    pc = _saved_pth_case(path)
+    return None if pc is None else pth_size_rule(pc, impl, device)
 
 
 def _per_token_head(message: str) -> Finding:
@@ -989,6 +1001,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         if base is not None and found.key in ("per-token-head:values", "per-token-head:scales",
                                               "per-token-head:writes-outside") and impl and device:
             found = _pth_cause(saved.group(1), impl, device) or found
+            rule = _pth_size_rule(saved.group(1), impl, device)
+            if rule is not None:
+                found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
         if base is not None:
             found.case_file, found.case_size, found.replayable = saved.group(1), case_size(base), True
         return [found]

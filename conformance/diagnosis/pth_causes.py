@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from conformance.diagnosis.ablation import SIZE_PROBES, SizeRule, fitting_rule, resized
 from conformance.diagnosis.classify import Finding
 from conformance.diagnosis.effects import _contiguous_strides
 from kernel.per_token_head import (
@@ -197,3 +198,21 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                 return Finding("per-token-head", key, f"with dynamic per-(token, head) scales, {title}{other}",
                                replayable=False)
     return None
+
+
+def pth_size_rule(pc: PTHCase, impl, device: torch.device) -> SizeRule | None:
+    """The rule on D a per-token-head failure follows (masked lanes filled with a value that wins the amax,
+    where D is padded to a power of two): the PTHCase replayed at each probed D, with its own seed and the
+    next (a size passes only where both calls are the held recipe's bytes); None where every size fails alike,
+    no rule gives the outcomes, or the rule does not hold for the failing D."""
+    held = get_pth_recipe(pc.mode)
+
+    def fails(n: int) -> bool:
+        for seed in (pc.case.seed, pc.case.seed + 1):
+            variant = dataclasses.replace(pc, case=resized(pc.case, "dim", n).replace(seed=seed))
+            got = _written(variant, impl, device)
+            if got is None or not _same(_reference_with(variant, device, held, head_scales), got):
+                return True
+        return False
+    rule = fitting_rule("dim", {n: fails(n) for n in SIZE_PROBES["dim"]})
+    return rule if rule is not None and rule.holds(pc.case) else None
