@@ -136,3 +136,19 @@ def test_a_rule_on_d_is_the_trigger(monkeypatch):
     assert rule is not None and rule.name == "dim-not-pow2", rule
     monkeypatch.setattr(example, "_quantize", _quantize_with(_per_token))
     assert pth_size_rule(odd, impl, CPU) is None
+
+
+def _zero_guard(x32):
+    """`amax == 0 ? 1e-6 : amax / 448`: the floor as a guard against 0/0 (held-out batch 34)."""
+    amax = x32.abs().amax(dim=-1)
+    return torch.where(amax == 0, torch.full_like(amax, 1e-6), amax / torch.full_like(amax, 448.0))
+
+
+def test_a_floor_kept_for_zero_heads_only_is_named_on_one_head(monkeypatch):
+    """One token of one head: each special head kind is tried in a Case of its own, so the small head that tells
+    the guard from the floor is among them."""
+    monkeypatch.setattr(example, "_quantize", _quantize_with(_zero_guard))
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    one = dataclasses.replace(_CASE, case=_CASE.case.replace(num_tokens=1, num_heads=1, cache_loc=(5,)))
+    found = pth_cause(one, impl, CPU)
+    assert found is not None and found.key == "per-token-head:floor-on-zero", found

@@ -9,6 +9,7 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
 - the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
 - no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681);
+- the floor as a guard against 0/0 only: an all-zero head floored, a tiny nonzero one not;
 - the signed maximum for the amax (`x.amax(-1)`, the abs left out);
 - the scale computed in the input dtype (bf16/fp16 torch ops on the un-widened amax): its quotient and its
   floor rounded to that dtype, then widened;
@@ -70,6 +71,13 @@ def _floored(where: str) -> Scales:
     return lambda x32, recipe: head_scales(x32, recipe, floor_on=where)
 
 
+def _floor_on_zero(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The floor as a guard against 0/0 (`amax == 0 ? floor : amax / 448`): an all-zero head gets the recipe's
+    floored scale, a nonzero head below the floor keeps its tiny one."""
+    zero = torch.where(torch.isnan(x32), 1.0, x32).abs().amax(-1) == 0
+    return torch.where(zero, head_scales(torch.zeros_like(x32), recipe), head_scales(x32, recipe, floor_on="none"))
+
+
 def _in_dtype(dtype: torch.dtype) -> Scales:
     """The recipe's rule in `dtype`, as torch computes `amax / 448` and the floor's compare on a bf16/fp16 amax:
     each operation in fp32, rounded to the dtype; the scale widened after."""
@@ -96,6 +104,8 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:floor-on-amax", "floors the amax, where the recipe floors the scale", _floored("amax")),
     ("per-token-head:floor-on-scale", "floors the scale, where the recipe floors the amax", _floored("scale")),
     ("per-token-head:no-floor", "has no floor: an all-zero head's scale is 0, and 0/0 is NaN", _floored("none")),
+    ("per-token-head:floor-on-zero", "floors only an all-zero head's scale (a guard against 0/0): a nonzero head "
+     "below the floor keeps its tiny scale", _floor_on_zero),
     ("per-token-head:amax-signed", "takes each head's signed maximum, not its largest magnitude (the abs left out)",
      _signed_amax),
 )
@@ -146,13 +156,15 @@ def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecip
     return _whole(b)
 
 
-def _with_special_heads(pc: PTHCase) -> PTHCase:
+def _with_special_heads(pc: PTHCase) -> list[PTHCase]:
     """The PTHCase with every head of K a special one (HEAD_KINDS in turn) and V as it was: a scale rule
-    that differs from the recipe's only on zero, tiny, subnormal, inf or NaN heads shows there."""
+    that differs from the recipe's only on zero, tiny, subnormal, inf or NaN heads shows there. Where the Case
+    has fewer heads than kinds (one token of one head, say), several such Cases, each kind in one of them."""
     c = pc.case
-    heads = tuple(("k", t, h, HEAD_KINDS[(t * c.num_heads + h) % len(HEAD_KINDS)])
-                  for t in range(c.num_tokens) for h in range(c.num_heads))
-    return dataclasses.replace(pc, heads=heads)
+    n = c.num_tokens * c.num_heads
+    return [dataclasses.replace(pc, heads=tuple(("k", t, h, HEAD_KINDS[(shift + t * c.num_heads + h) % len(HEAD_KINDS)])
+                                                for t in range(c.num_tokens) for h in range(c.num_heads)))
+            for shift in range(0, len(HEAD_KINDS), max(n, 1))]
 
 
 def _written(pc: PTHCase, impl, device: torch.device) -> dict[str, torch.Tensor] | None:
@@ -167,7 +179,7 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     recipe's rounding, say); the rule must differ from its recipe on one of them. Under the held recipe first,
     then under the other (a kernel of vLLM's arithmetic with FlashInfer's floor is closer to FlashInfer's
     recipe, so it is held to that)."""
-    cases = [pc, _with_special_heads(pc)] if pc.case.num_tokens else [pc]
+    cases = [pc, *_with_special_heads(pc)] if pc.case.num_tokens else [pc]
     got = [_written(c, impl, device) for c in cases]
     if got[0] is None:
         return None
