@@ -247,6 +247,33 @@ _PER_HEAD_CASE = Case(num_tokens=2, num_heads=3, head_dim=8, page_size=4, num_pa
                       k_scale=Scale("tensor1", 0.5), v_scale=Scale("tensor1", 0.5), recipe="divide")
 
 
+def _per_head_raises(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """Per-head scales indexed past their end (an element's head from the cache's head stride)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    if k_scale.numel() > 1:
+        raise IndexError("index 3 is out of bounds for dimension 0 with size 3")
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_raise_of_the_e5m2_per_head_property_is_a_raise(tmp_path, monkeypatch):
+    """test_e5m2's per-head property says "raises on a valid e5m2 call": a raise, keyed as test_per_head's own
+    raise of the same call is, not wrong bytes of a per-head scale (batch 34: two defects for one IndexError)."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.test_per_head import per_tensor_twin
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_per_head_raises)
+    values = {"k_scale": (0.5, 2.0, 0.3)}
+    error = (f"{impl.name} raised IndexError: index 3 is out of bounds for dimension 0 with size 3\n\n"
+             f"{per_tensor_twin(_PER_HEAD_CASE, values, 1)}")
+    keys = set()
+    for module, test, what in (("test_e5m2", "test_e5m2_per_head_scales", "a valid e5m2 call with per-head "
+                                "k_scale [0.5, 2.0, 0.3]"), ("test_per_head", "test_per_head_scales_are_bit_exact",
+                                                             f"a valid call with per-head scales ({values})")):
+        exc = ConformanceFailure(f"{impl.name}: raises on {what}:\n{error}")
+        keys |= {f.key for f in classify_failure(exc, test, module, {}, impl, CPU)}
+    assert len(keys) == 1 and next(iter(keys)).startswith("raises:IndexError"), keys
+
+
 def test_a_per_head_failure_that_its_per_tensor_twin_shows_is_diagnosed_as_the_twin(tmp_path, monkeypatch):
     """Padding that wraps fails the per-head property too (its Cases draw padding); the report replays the same
     call with per-tensor scales, and where that fails the per-head failure is the twin's defect, keyed by its
