@@ -354,6 +354,48 @@ def test_a_per_head_defect_behind_its_twins_defect_is_named_too(tmp_path, monkey
     assert keys == {"strides:cache-loc-ignored@strided-loc", "scale:per-head-first"}, keys
 
 
+def _subnormals_truncated(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
+                          tile: int = 0):
+    """The encoder's subnormal bytes computed from the unrounded magnitude (rounded toward zero): it shows on every
+    call, so a per-head call's per-tensor twin fails too, with no trigger to move back. With `tile`, a second
+    defect: the [H] scales read at the index within a tile of that many heads (head h takes scale[h % tile]),
+    held-out batch 34's pair."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    scales = [s.reshape(-1)[torch.arange(s.numel()) % tile] if tile and s.numel() > 1 else s
+              for s in (k_scale, v_scale)]
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, *scales)
+    for x, cache, s in ((key, key_cache, scales[0]), (value, value_cache, scales[1])):
+        y = x.float() / s.reshape(1, -1, 1).float()
+        flat = cache.view(torch.uint8).view(-1, *cache.shape[2:])
+        for t, slot in enumerate(slot_mapping.tolist()):
+            if 0 <= slot < flat.shape[0]:
+                b = flat[slot]
+                got = b.view(torch.float8_e4m3fn).float()
+                b[(y[t].abs() < 2.0 ** -6) & (got != y[t]) & (y[t].abs() < got.abs())] -= 1
+
+
+def _tile_index_and_subnormals_truncated(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+                                         v_scale):
+    _subnormals_truncated(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, tile=2)
+
+
+def test_a_per_head_defect_behind_a_rounding_defect_everywhere_is_named_too(tmp_path, monkeypatch):
+    """The twin's defect rounds subnormals one step toward zero on every call: nothing to move back. The per-head
+    call's bytes farther than one step from the reference's are the [H] scales' own: a second defect. Without
+    it, the rounding defect is the failure's only one."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), k_scale=Scale("tensor1", 2.0 ** -9),
+                                  v_scale=Scale("tensor1", 2.0 ** -9))
+    values = {"v_scale": (2.0 ** -9, 2.0 ** -9, 2.0 ** -3)}
+    keys = {}
+    for fn in (_tile_index_and_subnormals_truncated, _subnormals_truncated):
+        impl = _per_head_impl(fn)
+        keys[fn] = {f.key.split("@")[0] for f in _findings(_per_head_message(impl, case, values, 1), "test_per_head",
+                                                           impl)}
+    assert keys[_tile_index_and_subnormals_truncated] == keys[_subnormals_truncated] | {"scale:per-head"}, keys
+    assert "scale:per-head" not in keys[_subnormals_truncated], keys
+
+
 # -- k and v sharing memory ----------------------------------------------------------------------------
 
 def v_is_k_shortcut(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,

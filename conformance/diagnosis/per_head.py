@@ -115,6 +115,23 @@ def _per_head_call(case: Case, values: dict[str, Values], step: int, impl: Imple
     return run_reference(case, device, _with(case, device, values, step)), actual
 
 
+#: Effects that move a byte one step (one e4m3 or e5m2 code) at most.
+ONE_STEP = ("off-by-one-ulp", "approximate-division", "rounds-toward-zero", "rounds-ties-away",
+            "rounds-ties-toward-zero", "rounds-sticky-lost")
+
+
+def _beyond_one_step(expected: Built, actual: Built) -> bool:
+    """Whether a cache byte differs from the reference's by more than one code of its sign's magnitude order (or
+    in its sign, zero's aside)."""
+    for name in ("k_cache", "v_cache"):
+        e, a = (getattr(b, name).view(torch.uint8).cpu().to(torch.int16) for b in (expected, actual))
+        differ = e != a
+        sign_flip = ((e ^ a) & 0x80).bool() & ((e & 0x7F) | (a & 0x7F)).bool()
+        if bool((differ & (sign_flip | ((e & 0x7F) - (a & 0x7F)).abs().gt(1))).any()):
+            return True
+    return False
+
+
 def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementation,
                 device: torch.device) -> list[Finding]:
     """A per-head failure whose per-tensor twin fails too is the twin's defect, unless the per-head scales are
@@ -123,11 +140,20 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
     the wrong reading of the [H] scales that explains it ([] otherwise). Seen: a held-out kernel ignoring
     cache_loc's stride hid its per-head bug."""
     from conformance.diagnosis.ablation import BY_NAME
-    from conformance.diagnosis.diagnose import Diagnoser, trigger_set
+    from conformance.diagnosis.diagnose import Diagnoser, same_effect, trigger_set
     found = per_head_scales(message)
     if found is None:
         return []
     values, step = found
+    if twin_keys and all(same_effect(k) in ONE_STEP for k in twin_keys):
+        # a rounding defect everywhere ("any": no trigger to move back) moves a byte one step at most; a byte
+        # farther from the reference's with per-head scales is the [H] scales' own (seen: a tile's scales read
+        # at the tile's index, behind subnormals rounded toward zero)
+        called = _per_head_call(twin, values, step, impl, device)
+        if called is not None and _beyond_one_step(*called):
+            return [Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale (more than "
+                            "one step from the reference's, past its rounding defect)", replayable=False)]
+        return []
     cleaned = twin
     for dim in sorted({d for k in twin_keys for d in trigger_set(k)}):
         ablation = BY_NAME.get(dim)
