@@ -396,6 +396,33 @@ def test_a_per_head_defect_behind_a_rounding_defect_everywhere_is_named_too(tmp_
     assert "scale:per-head" not in keys[_subnormals_truncated], keys
 
 
+def test_a_head_unlike_its_own_per_tensor_write_is_the_per_head_scales(tmp_path, monkeypatch):
+    """Where the per-tensor twin is wrong too (a rounding defect on every call), the per-head property holds each
+    head to the implementation's own per-tensor write with that head's scale: the tile-index reading differs
+    there, the rounding defect alone does not; the failure is keyed as the [H] scale's."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.harness import run_impl, run_reference
+    from conformance.test_per_head import UNLIKE_OWN, _head_unlike_own, _per_head
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), k_scale=Scale("tensor1", 2.0 ** -9),
+                                  v_scale=Scale("tensor1", 2.0 ** -9))
+    values = {"v_scale": (2.0 ** -9, 2.0 ** -9, 2.0 ** -3)}
+    found = {}
+    for fn in (_tile_index_and_subnormals_truncated, _subnormals_truncated):
+        impl = _per_head_impl(fn)
+        expected, actual = (_per_head(build(case, CPU), "v_scale", values["v_scale"], 1) for _ in range(2))
+        run_reference(case, CPU, expected)
+        actual, error = run_impl(case, impl, CPU, actual)
+        found[fn] = _head_unlike_own(case, values, expected, actual, impl, CPU)
+    assert found[_subnormals_truncated] is None
+    assert UNLIKE_OWN in found[_tile_index_and_subnormals_truncated], found
+    impl = _per_head_impl(_tile_index_and_subnormals_truncated)
+    exc = ConformanceFailure(f"{impl.name}: with per-head scales, a head {UNLIKE_OWN}:\n"
+                             f"{found[_tile_index_and_subnormals_truncated]}")
+    [finding] = classify_failure(exc, "test_per_head_scales_are_bit_exact", "test_per_head", {}, impl, CPU)
+    assert finding.key == "scale:per-head", finding
+
+
 # -- k and v sharing memory ----------------------------------------------------------------------------
 
 def v_is_k_shortcut(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
