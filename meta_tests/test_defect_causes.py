@@ -25,7 +25,7 @@ from conformance.conventions import detect
 from conformance.harness import ConformanceFailure, describe_error, execute, fail, raised_by_implementation
 from conformance.impls import Implementation
 from strategies.build import build
-from strategies.case import Case, Scale
+from strategies.case import Case, Layout, Scale
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -272,6 +272,31 @@ def test_a_raise_of_the_e5m2_per_head_property_is_a_raise(tmp_path, monkeypatch)
         exc = ConformanceFailure(f"{impl.name}: raises on {what}:\n{error}")
         keys |= {f.key for f in classify_failure(exc, test, module, {}, impl, CPU)}
     assert len(keys) == 1 and next(iter(keys)).startswith("raises:IndexError"), keys
+
+
+def _per_head_raises_head_major(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """An element's [H] scale indexed with the cache's head stride: past the scale's end on a head-major cache."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    if k_scale.numel() > 1 and key_cache.stride(-2) != key_cache.shape[-1]:
+        raise IndexError("index 3 is out of bounds for dimension 0 with size 3")
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_per_head_raise_names_the_layout_that_triggers_it(tmp_path, monkeypatch):
+    """The per-head call replayed with each of its Case's dimensions moved back: the raise vanishes with the
+    caches contiguous, so that is its trigger (batch 34: an element's scale indexed with the head stride)."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.test_per_head import per_tensor_twin
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_per_head_raises_head_major)
+    head_major = Layout((0, 2, 1, 3), (0, 0, 0, 0))
+    case = _PER_HEAD_CASE.replace(k_cache_layout=head_major, v_cache_layout=head_major)
+    values = {"k_scale": (0.5, 2.0, 0.3)}
+    exc = ConformanceFailure(f"{impl.name}: raises on a valid call with per-head scales ({values}):\n"
+                             f"{impl.name} raised IndexError: index 3 is out of bounds for dimension 0 with size 3\n\n"
+                             f"{per_tensor_twin(case, values, 1)}")
+    [finding] = classify_failure(exc, "test_per_head_scales_are_bit_exact", "test_per_head", {}, impl, CPU)
+    assert finding.key == "raises:IndexError@strided-cache", finding
 
 
 def test_a_per_head_failure_that_its_per_tensor_twin_shows_is_diagnosed_as_the_twin(tmp_path, monkeypatch):

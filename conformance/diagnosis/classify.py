@@ -986,11 +986,22 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                 f.facts = {**f.facts, "symptom": "the same with per-head scales"}
             from conformance.diagnosis.per_head import beyond_twin
             return found + beyond_twin(twin, [f.key for f in found], message, impl, device)
-        if "raises on a valid" in what:  # test_per_head's "valid call", e5m2's and fnuz's "valid e5m2 call"
-            return [raised(message.split("\n", 1)[-1])]
-        from conformance.diagnosis.per_head import only_where_t_equals_h, per_head_cause, per_head_scales
+        from conformance.diagnosis.per_head import (
+            only_where_t_equals_h,
+            per_head_cause,
+            per_head_scales,
+            raise_trigger,
+        )
         scales = per_head_scales(message)
         runnable = twin is not None and scales and impl and device
+        if "raises on a valid" in what:  # test_per_head's "valid call", e5m2's and fnuz's "valid e5m2 call"
+            found = raised(message.split("\n", 1)[-1])
+            trigger = raise_trigger(twin, *scales, impl, device) if runnable else []
+            if trigger:
+                from conformance.diagnosis.ablation import words
+                found.key = f"raises:{found.facts['exception']}@{'+'.join(sorted(trigger))}"
+                found.title = f"raises {found.facts['exception']} with per-head scales, {words(sorted(trigger))}"
+            return [found]
         cause = per_head_cause(twin, *scales, impl, device) if runnable else None
         found = cause or Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale",
                                  replayable=False)

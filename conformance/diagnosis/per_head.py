@@ -173,6 +173,22 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
                              replayable=False)]
 
 
+def raise_trigger(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+                  device: torch.device) -> list[str]:
+    """The dimensions of a per-head call's raise: each ablation that keeps the Case's shape, moved back to the
+    plain call with the same [H] scales, and named where the call then does not raise (an element's scale
+    indexed with the cache's head stride raises on a head-major cache alone)."""
+    from conformance.diagnosis.ablation import ABLATIONS
+    trigger = []
+    for ablation in ABLATIONS:
+        if not ablation.keeps_shape or ablation.value:
+            continue
+        variant = next(iter(ablation.variants(case, impl.convention.plain_scale_kind)), None)
+        if variant is not None and _per_head_call(variant, values, step, impl, device) is not None:
+            trigger.append(ablation.name)
+    return trigger
+
+
 def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Implementation,
                    device: torch.device) -> Finding | None:
     """The one wrong reading of the [H] scales that gives every byte of each cache the call got wrong."""
