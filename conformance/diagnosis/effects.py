@@ -55,7 +55,7 @@ class Effect:
 
 
 TITLES = {
-    "flush-to-zero": "flushes e4m3 subnormal results to zero",
+    "flush-to-zero": "flushes subnormal results (of the cache's format) to zero",
     "flush-to-zero:inputs": "reads subnormal inputs as zero (denormals-are-zero: |x| below 2**-126, fp32's "
                             "smallest normal)",
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
