@@ -404,14 +404,19 @@ def _tile_index_and_subnormals_truncated(key, value, key_cache, value_cache, slo
     _subnormals_truncated(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale, tile=2)
 
 
+#: A Case and [H] scales where both of _tile_index_and_subnormals_truncated's defects show: scales of 2**-9 make
+#: subnormal quotients, and head 2's scale differs from head 0's, which a tile of two heads reads for it.
+_TILED_CASE = _PER_HEAD_CASE.replace(cache_loc=(1, 0), k_scale=Scale("tensor1", 2.0 ** -9),
+                                     v_scale=Scale("tensor1", 2.0 ** -9))
+_TILED_VALUES = {"v_scale": (2.0 ** -9, 2.0 ** -9, 2.0 ** -3)}
+
+
 def test_a_per_head_defect_behind_a_rounding_defect_everywhere_is_named_too(tmp_path, monkeypatch):
     """The twin's defect rounds subnormals one step toward zero on every call: nothing to move back. The per-head
     call's bytes farther than one step from the reference's are the [H] scales' own: a second defect. Without
     it, the rounding defect is the failure's only one."""
     monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
-    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), k_scale=Scale("tensor1", 2.0 ** -9),
-                                  v_scale=Scale("tensor1", 2.0 ** -9))
-    values = {"v_scale": (2.0 ** -9, 2.0 ** -9, 2.0 ** -3)}
+    case, values = _TILED_CASE, _TILED_VALUES
     keys = {}
     for fn in (_tile_index_and_subnormals_truncated, _subnormals_truncated):
         impl = _per_head_impl(fn)
@@ -429,9 +434,7 @@ def test_a_head_unlike_its_own_per_tensor_write_is_the_per_head_scales(tmp_path,
     from conformance.harness import run_impl, run_reference
     from conformance.test_per_head import UNLIKE_OWN, _head_unlike_own, _per_head
     monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
-    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), k_scale=Scale("tensor1", 2.0 ** -9),
-                                  v_scale=Scale("tensor1", 2.0 ** -9))
-    values = {"v_scale": (2.0 ** -9, 2.0 ** -9, 2.0 ** -3)}
+    case, values = _TILED_CASE, _TILED_VALUES
     found = {}
     for fn in (_tile_index_and_subnormals_truncated, _subnormals_truncated):
         impl = _per_head_impl(fn)

@@ -802,21 +802,6 @@ def _saved_pth_case(path: str):
         return None
 
 
-def _pth_cause(path: str, impl: Implementation, device: torch.device) -> Finding | None:
-    """The scale rule a per-token-head write follows where it is not the recipe's
-    (conformance/diagnosis/pth_causes.py), from the PTHCase its failure file holds."""
-    from conformance.diagnosis.pth_causes import pth_cause
-    pc = _saved_pth_case(path)
-    return None if pc is None else pth_cause(pc, impl, device)
-
-
-def _pth_size_rule(path: str, impl: Implementation, device: torch.device):
-    """The rule on D a per-token-head failure follows (pth_causes.pth_size_rule); None where it names none."""
-    from conformance.diagnosis.pth_causes import pth_size_rule
-    pc = _saved_pth_case(path)
-    return None if pc is None else pth_size_rule(pc, impl, device)
-
-
 def _per_token_head(message: str) -> Finding:
     """A per-token-head write's wrong bytes, by where conformance/pth_bytediff.py located them: outside the
     written slots, only in the stored scales, or in the data bytes."""
@@ -1016,10 +1001,13 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         base = _load(saved.group(1)) if saved else None
         if base is not None and found.key in ("per-token-head:values", "per-token-head:scales",
                                               "per-token-head:writes-outside") and impl and device:
-            found = _pth_cause(saved.group(1), impl, device) or found
-            rule = _pth_size_rule(saved.group(1), impl, device)
-            if rule is not None:
-                found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
+            pc = _saved_pth_case(saved.group(1))
+            if pc is not None:  # the scale rule it follows where it is not the recipe's, and its rule on D
+                from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule
+                found = pth_cause(pc, impl, device) or found
+                rule = pth_size_rule(pc, impl, device)
+                if rule is not None:
+                    found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
         if base is not None:
             found.case_file, found.case_size, found.replayable = saved.group(1), case_size(base), True
         return [found]

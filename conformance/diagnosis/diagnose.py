@@ -367,7 +367,7 @@ class Diagnoser:
             return Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"],
                           unwritten_where(case, replay.expected, replay.actual))
         variant = case.replace(num_pages=2 * case.num_pages + 1)
-        bound = next((slots for name, slots in BOUNDS if effect.detail == f"slots at or past {name} skipped"), None)
+        bound = _bound_of(effect)
         if bound is not None:  # the skipped slots moved below the larger cache's bound: the bound must write them
             old, new = bound(case), min(bound(variant), variant.num_slots)
             skipped = sorted({s for s in case.cache_loc if old <= s < case.num_slots})
@@ -406,10 +406,10 @@ class Diagnoser:
         """Whether the same cache with the unwritten tokens at other slots past the bound (not the last, nor
         one a token names) is written right: a bound skips every slot past it, and a check off by one at the
         cache's end (`< n - 1`) skips the last slot alone, which a bound fits when it is the only slot named."""
-        bound = next((slots(case) for name, slots in BOUNDS if effect.detail == f"slots at or past {name} skipped"),
-                     None)
-        if bound is None:
+        formula = _bound_of(effect)
+        if formula is None:
             return False
+        bound = formula(case)
         named = [s for s in case.cache_loc if 0 <= s < case.num_slots]
         unwritten = {s for s in named if s >= bound}
         # past the largest bound that fits as well: every bound that fits skips the slots moved to
@@ -769,6 +769,11 @@ def class_of(key: str) -> str:
 def trigger_of(key: str) -> str:
     """A diagnosed key's trigger ('' for a key without one)."""
     return key.split("@", 1)[1] if "@" in key else ""
+
+
+def _bound_of(effect: Effect) -> Callable[[Case], int] | None:
+    """The number of slots a wrong-bound effect names (BOUNDS' formula of its detail); None for another effect."""
+    return next((slots for name, slots in BOUNDS if effect.detail == f"slots at or past {name} skipped"), None)
 
 
 def same_effect(key: str) -> str:
