@@ -2312,6 +2312,35 @@ def test_an_infinite_quotient_kept_as_e5m2_inf_is_named() -> None:
     assert [k.split("@")[0] for k in found] == ["encoding:inf-kept"], found
 
 
+def _e5m2_top_finite(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                     *, recipe="unfused", checked=False, cache_dtype=None):
+    """e5m2 rounded on through its reserved top exponent, as if finite (65536, 81920, 98304 at 0x7C..0x7E), and
+    saturated at 98304: a largest value derived by e4m3fn's rule (held-out batch 36)."""
+    from kernel.plan import make_plan
+    from kernel.reference import scaled
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    plan = make_plan(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    for x, cache, scale in ((k, k_cache, plan.k_scale), (v, v_cache, plan.v_scale)):
+        if cache.dtype != torch.float8_e5m2:
+            continue
+        y = scaled(x, scale, plan.recipe)
+        mag = y.abs()  # ties at 73728 and 90112 go to the even mantissa: 0x7C and 0x7E
+        top = torch.where(mag <= 73728, 0x7C, torch.where(mag < 90112, 0x7D, 0x7E)) | torch.signbit(y) * 0x80
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[-2:])
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0]:
+                past = mag[t] >= 61440
+                rows[slot][past] = top[t][past].to(torch.uint8)
+
+
+def test_e5m2_rounded_onto_its_reserved_exponent_is_named() -> None:
+    case = _case(recipe="divide", cache_dtype="float8_e5m2", cache_format="fp8_e5m2", k_scale=Scale("tensor1", 1.0),
+                 overrides=(Override("k", 1, 0x4770, "61440"), Override("k", 2, 0x479C, "79872"),
+                            Override("k", 3, 0xC7C3, "-99840"), Override("k", 4, 0x7F80, "inf")))
+    found = [f.key for f in Diagnoser(_impl(_e5m2_top_finite, "divide"), CPU).diagnose(case)]
+    assert [k.split("@")[0] for k in found] == ["encoding:e5m2-top-exponent-finite"], found
+
+
 def _wraps_written_first(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                          use_triton=True, *, recipe="unfused", checked=False):
     """Out-of-range slots wrapped modulo the number of slots, those tokens written before the in-range ones: where a

@@ -12,7 +12,7 @@ import examples.vllm_per_token_head as example
 from conformance.conventions import get_convention
 from conformance.diagnosis.pth_causes import pth_cause
 from conformance.impls import Implementation
-from strategies.case import Case, Layout
+from strategies.case import Case, Layout, Override
 from strategies.per_token_head import PTHCase
 
 CPU = torch.device("cpu")
@@ -152,3 +152,17 @@ def test_a_floor_kept_for_zero_heads_only_is_named_on_one_head(monkeypatch):
     one = dataclasses.replace(_CASE, case=_CASE.case.replace(num_tokens=1, num_heads=1, cache_loc=(5,)))
     found = pth_cause(one, impl, CPU)
     assert found is not None and found.key == "per-token-head:floor-on-zero", found
+
+
+def _amax_of_half(x32):
+    """`x.half().abs().amax()` for the amax, the bytes quantized from x itself (held-out batch 36)."""
+    amax = x32.half().abs().amax(dim=-1).float()
+    return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
+
+
+def test_an_amax_taken_in_fp16_is_named_where_a_bf16_value_passes_65504(monkeypatch):
+    monkeypatch.setattr(example, "_quantize", _quantize_with(_amax_of_half))
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    big = dataclasses.replace(_CASE, case=_CASE.case.replace(overrides=(Override("k", 3, 0x7F7F, "max-finite"),)))
+    found = pth_cause(big, impl, CPU)
+    assert found is not None and found.key == "per-token-head:amax-in-float16", found

@@ -95,6 +95,10 @@ TITLES = {
                          "overflow saturated: a cast that propagates inf)",
     "encoding:overflow-inf": "writes ±inf past the format's range where the recipe saturates (a cast without "
                              "saturation)",
+    "encoding:e5m2-top-exponent-finite": "rounds past e5m2's 57344 onto its reserved top exponent, read as finite "
+                                         "(e4m3fn's rule), and saturates at 98304: it writes inf and NaN bytes "
+                                         "where the recipe saturates (a largest value derived by another format's "
+                                         "rule)",
     "storage:or-old": "ORs its bytes into the slot's old bytes (a store that takes the cache to be zeroed)",
     "storage:added-to-old": "adds its bytes to the slot's old bytes, mod 256 (a scatter that accumulates, "
                             "`index_put_(..., accumulate=True)`, where it should store)",
@@ -936,6 +940,18 @@ def _overflow_at(rows: _Rows, held: str, bound: float) -> torch.Tensor:
     return torch.where(overflow, torch.where(y.cpu() < 0, plus | 0x80, plus), q)
 
 
+#: e5m2 with its top exponent field (31) read as finite, e4m3fn's rule: 0x7C..0x7E are 65536, 81920 and
+#: 98304, the largest; only 0x7F is NaN.
+E5M2_TOP_FINITE = dataclasses.replace(CACHE_FORMATS["fp8_e5m2"], name="e5m2, top exponent finite",
+                                      max_finite=98304.0)
+
+
+def _top_exponent_finite(rows: _Rows, held: str) -> torch.Tensor:
+    """The held recipe's bytes encoded on E5M2_TOP_FINITE: a quotient from 61440 up lands on the reserved
+    exponent (an inf or NaN byte), the saturation at 98304 where the recipe's is at 57344."""
+    return encode_fp8(_pre_cast(rows, held), get_recipe(held), E5M2_TOP_FINITE).cpu()
+
+
 def _inf_kept(rows: _Rows, held: str) -> torch.Tensor | None:
     """The held recipe's bytes with each infinite quotient written as the format's ±inf, finite ones saturated
     (hip's `__HIP_SATFINITE` style: "propagate NaN/inf, no clipping"); None where no quotient is infinite."""
@@ -1267,6 +1283,7 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         kept = _inf_kept(rows, held)
         if kept is not None:
             yield "encoding:inf-kept", lambda: kept
+        yield "encoding:e5m2-top-exponent-finite", lambda: _top_exponent_finite(rows, held)
     own_max = CACHE_FORMATS[case.cache_format].max_finite
     for bound in sorted({f.max_finite for f in CACHE_FORMATS.values() if f.max_finite < own_max}):
         yield f"encoding:overflow-at:{bound:g}", lambda bound=bound: _overflow_at(rows, held, bound)

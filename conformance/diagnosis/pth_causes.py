@@ -13,6 +13,8 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - the signed maximum for the amax (`x.amax(-1)`, the abs left out);
 - the scale computed in the input dtype (bf16/fp16 torch ops on the un-widened amax): its quotient and its
   floor rounded to that dtype, then widened;
+- the amax taken over a head cast to fp16 (a bf16 or fp32 value past 65504 makes it inf, so its scale is inf
+  and its finite values are written as zeros), the bytes still quantized from the values themselves;
 - the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division).
 Before them, separate scale caches are tried addressed as contiguous from their first element (their strides
 ignored), where the scales land when a kernel computes their offsets from the shape.
@@ -94,6 +96,11 @@ def _in_dtype(dtype: torch.dtype) -> Scales:
             s = torch.where(s < floor, floor, s)
         return torch.where(nan.any(-1), torch.nan, s)
     return scales
+
+
+def _amax_in_fp16(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule on the head rounded to fp16 (`x.half().abs().amax()`): past 65504 the amax is inf."""
+    return head_scales(x32.to(torch.float16).to(torch.float32), recipe)
 
 
 #: key, title, scale rule; the floor the recipe itself has (FLOOR_ON) is skipped for it.
@@ -189,6 +196,10 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     if pc.case.input_dtype in ("bfloat16", "float16"):
         rules.append(("per-token-head:scale-in-input-dtype", f"computes each head's scale in {pc.case.input_dtype} "
                       "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
+    if pc.case.input_dtype in ("bfloat16", "float32"):
+        rules.append(("per-token-head:amax-in-float16", "takes each head's amax over its values cast to float16 "
+                      "(past 65504 the amax and the scale are inf, and the head's finite values are written as "
+                      "zeros)", _amax_in_fp16))
     plains = {held.name: [_reference_with(c, device, held, head_scales) for c in cases]}
     if pc.layout == "separate":  # where the scales go, under the held recipe
         want = [_reference_with(c, device, held, head_scales, place=_scale_caches_contiguous) for c in cases]
