@@ -64,6 +64,11 @@ def test_a_per_token_head_failure_is_classified_by_where_its_bytes_are():
         "per-token-head:scales"
     assert _per_token_head(line.format("v_cache[9]", "dim=0: no token writes it")).key == \
         "per-token-head:writes-outside"
+    # the padding property's call has no slot in range: its bytes are outside however they are located
+    # (held-out batch 37: padding that stores its scale at slot 0 was a second defect, `:values`)
+    padding = "writes with no slot in range (T=1):\nk_scale_cache: 1 of 33 bytes differ; first: [16] expected " \
+              "0x0BB772DB actual 0x4002DB6E"
+    assert _per_token_head(padding).key == "per-token-head:writes-outside"
 
 
 def test_a_per_token_head_failure_file_replays(tmp_path, monkeypatch):

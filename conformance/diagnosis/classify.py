@@ -806,7 +806,9 @@ def _per_token_head(message: str) -> Finding:
     """A per-token-head write's wrong bytes, by where conformance/pth_bytediff.py located them: outside the
     written slots, only in the stored scales, or in the data bytes."""
     places = [line for line in message.splitlines() if " expected 0x" in line]
-    if any("no token writes it" in line or "outside the view" in line for line in places):
+    # a call whose every slot is padding or out of range: any byte it changes is outside the written slots
+    if "writes with no slot in range" in message or any("no token writes it" in line or "outside the view" in line
+                                                        for line in places):
         return Finding("per-token-head", "per-token-head:writes-outside", "with dynamic per-(token, head) scales, "
                        "writes where no token's slot is", cell="writes outside", replayable=False)
     if places and all("stored scale" in line or "inline scale byte" in line for line in places):
