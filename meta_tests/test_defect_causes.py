@@ -314,6 +314,26 @@ def test_a_per_head_failure_that_its_per_tensor_twin_shows_is_diagnosed_as_the_t
     assert finding.key == "scale:per-head", finding
 
 
+def _per_head_e4m3_only(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """A per-head path written for "fp8" alone: with an [H] scale, e4m3 bytes whatever kv_cache_dtype says."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    if k_scale.numel() > 1 and kv_cache_dtype != "fp8":
+        k8, v8 = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
+        reshape_and_cache_flash(key, value, k8, v8, slot_mapping, "fp8", k_scale, v_scale)
+        return
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_per_head_path_that_ignores_the_format_is_named(tmp_path, monkeypatch):
+    """Held-out batch 37: the [H] scales read right, e4m3 bytes in an e5m2 cache. No reading of the scales explains
+    them; the reference told e4m3 does."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_per_head_e4m3_only)
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), cache_dtype="uint8", cache_format="fp8_e5m2")
+    [finding] = _findings(_per_head_message(impl, case, {"k_scale": (0.5, 2.0, 0.3)}, 1), "test_per_head", impl)
+    assert finding.key == "format:e4m3-bytes@per-head", finding
+
+
 def _misread(read):
     def kernel(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
         from examples.vllm_divide import reshape_and_cache_flash

@@ -6,11 +6,14 @@ defect is in how the [H] scale is read, and the real ways to read it wrong are f
 head, the heads in the other order, the tensor read as contiguous (a strided view's gaps), the scale held in
 the input dtype, the other cache's [H] scale, or one scale a tile of heads (the tile's first head's, or the
 one at the tile's index, as a program that loads `scale[pid_h]` reads it). Each is a reference call with
-other per-head scales; one that gives every byte of the wrong cache names the cause. None: no such reading explains it.
+other per-head scales; one that gives every byte of the wrong cache names the cause. Where none does, the [H]
+scales read right and the bytes encoded in another cache format (a per-head path that never reads the format it
+is told). None: nothing of these explains it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -23,7 +26,7 @@ from conformance.harness import SuiteError, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.test_per_head import _per_head
 from strategies.build import Built, build
-from strategies.case import Case
+from strategies.case import CACHE_FORMATS, Case
 from strategies.fp import FORMATS, round_to
 
 Values = tuple[float, ...]
@@ -193,7 +196,33 @@ def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Imple
                    device: torch.device) -> Finding | None:
     """The one wrong reading of the [H] scales that gives every byte of each cache the call got wrong."""
     called = _per_head_call(case, values, step, impl, device)
-    return None if called is None else _reading(case, values, step, *called, device)
+    if called is None:
+        return None
+    return _reading(case, values, step, *called, device) or _other_format(case, values, step, *called, device)
+
+
+def _other_format(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
+                  device: torch.device) -> Finding | None:
+    """The reference on the same tensors told another cache format (the caches as their bytes, the format
+    passed as `cache_dtype`), where it gives every byte of each cache the call got wrong."""
+    wrong = [c for c in ("k_cache", "v_cache") if not torch.equal(_bytes(expected, c), _bytes(actual, c))]
+    for fmt in CACHE_FORMATS if wrong else ():
+        if fmt == case.cache_format:
+            continue
+        told = case.replace(cache_dtype="uint8", cache_format=fmt, format_alias=False)
+        built = _with(case, device, values, step)
+        built = dataclasses.replace(built, case=told, k_cache=built.k_cache.view(torch.uint8),
+                                    v_cache=built.v_cache.view(torch.uint8))
+        try:
+            r = run_reference(told, device, built)
+        except SuiteError:
+            continue
+        if all(torch.equal(_bytes(r, c), _bytes(actual, c)) for c in wrong):
+            name = fmt.removeprefix("fp8_")
+            return Finding("format", f"format:{name}-bytes@per-head", f"writes {name} bytes into a "
+                           f"{case.cache_format.removeprefix('fp8_')} cache with per-head ([H]) scales (its per-head "
+                           "path ignores the format it is told)", replayable=False)
+    return None
 
 
 def only_where_t_equals_h(case: Case, values: dict[str, Values], step: int, impl: Implementation,
