@@ -438,7 +438,7 @@ BY_NAME = {a.name: a for a in (*ABLATIONS, SLOTS_UNSORTED)}
 
 #: The sizes a minimal Case's H or D is replayed at.
 SIZE_PROBES = {"heads": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
-               "dim": (2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256),
+               "dim": (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256),  # 3: odd D, beside D = 1
                "tokens": (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)}
 #: Probed besides, below a Case's own T: the tiles and chunks of a many-token Case.
 LARGE_TOKEN_PROBES = (128, 256, 512)
