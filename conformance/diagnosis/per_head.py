@@ -219,9 +219,9 @@ def _other_format(case: Case, values: dict[str, Values], step: int, expected: Bu
             continue
         if all(torch.equal(_bytes(r, c), _bytes(actual, c)) for c in wrong):
             name = fmt.removeprefix("fp8_")
-            return Finding("format", f"format:{name}-bytes@per-head", f"writes {name} bytes into a "
-                           f"{case.cache_format.removeprefix('fp8_')} cache with per-head ([H]) scales (its per-head "
-                           "path ignores the format it is told)", replayable=False)
+            return Finding("format", f"format:{name}-bytes@per-head", f"writes {name} bytes where the cache is "
+                           f"{case.cache_format.removeprefix('fp8_')}, with per-head ([H]) scales (its per-head path "
+                           "ignores the format it is told)", replayable=False)
     return None
 
 
