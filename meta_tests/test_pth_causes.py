@@ -87,6 +87,23 @@ def test_a_scale_stored_before_its_floor_is_named(monkeypatch):
     assert found is not None and found.key == "per-token-head:stored-unfloored", found
 
 
+def test_a_scale_stored_in_the_input_dtype_is_named(monkeypatch):
+    """Held-out batch 38: the fp32 scale divides, the one stored went through a staging buffer of the input's
+    dtype (bf16 here: `torch.empty_like(x[..., 0])`)."""
+    right = _quantize_with(lambda x32: torch.maximum(_no_floor(x32), torch.full_like(_no_floor(x32), 1e-6)))
+
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, s = right(x)  # a NaN scale kept as it is: torch's vectorized cast to bf16 makes it 0xFFFF
+        return q, torch.where(s.isnan(), s, s.to(x.dtype).float())
+    monkeypatch.setattr(example, "_quantize", quantize)
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    # 64 dims a head: some byte quantized with the rounded scale would differ, so the scale is only stored so
+    # (on 8 dims, the scale computed in bf16 for the bytes too explained every byte as well)
+    wide = dataclasses.replace(_CASE, case=_CASE.case.replace(head_dim=64))
+    found = pth_cause(wide, impl, CPU)
+    assert found is not None and found.key == "per-token-head:stored-in-input-dtype", found
+
+
 def test_scale_caches_written_as_contiguous_are_named():
     """Held-out batch thirty-one's Triton write addressed its scale caches as contiguous [pages, page_size, H]
     from their first element: scales land outside the named slots of a strided or head-major scale cache."""

@@ -15,7 +15,9 @@ inline scales and scale caches, untouched bytes included) names the cause:
   floor rounded to that dtype, then widened;
 - the amax taken over a head cast to fp16 (a bf16 or fp32 value past 65504 makes it inf, so its scale is inf
   and its finite values are written as zeros), the bytes still quantized from the values themselves;
-- the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division).
+- the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division);
+- the right scale used for the bytes, and stored rounded to a bf16/fp16 input's dtype (a staging buffer made
+  like the input, `torch.empty_like(x[..., 0])`).
 Before them, separate scale caches are tried addressed as contiguous from their first element (their strides
 ignored), where the scales land when a kernel computes their offsets from the shape.
 None: no such rule explains it.
@@ -101,6 +103,11 @@ def _in_dtype(dtype: torch.dtype) -> Scales:
 def _amax_in_fp16(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     """The recipe's rule on the head rounded to fp16 (`x.half().abs().amax()`): past 65504 the amax is inf."""
     return head_scales(x32.to(torch.float16).to(torch.float32), recipe)
+
+
+def _rounded_to(dtype: torch.dtype) -> Scales:
+    """The recipe's scales rounded to `dtype` and widened back."""
+    return lambda x32, recipe: head_scales(x32, recipe).to(dtype).to(torch.float32)
 
 
 #: key, title, scale rule; the floor the recipe itself has (FLOOR_ON) is skipped for it.
@@ -192,10 +199,14 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
         return None
     cases, got = zip(*[(c, g) for c, g in zip(cases, got) if g is not None])
     held = get_pth_recipe(pc.mode)
-    rules = list(RULES)
+    rules, stored_rules = list(RULES), list(STORED_RULES)
     if pc.case.input_dtype in ("bfloat16", "float16"):
         rules.append(("per-token-head:scale-in-input-dtype", f"computes each head's scale in {pc.case.input_dtype} "
                       "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
+    if pc.case.input_dtype in ("bfloat16", "float16"):
+        stored_rules.append(("per-token-head:stored-in-input-dtype", f"stores each head's scale rounded to "
+                             f"{pc.case.input_dtype}, where the bytes use the float32 one", head_scales,
+                             _rounded_to(getattr(torch, pc.case.input_dtype))))
     if pc.case.input_dtype in ("bfloat16", "float32"):
         rules.append(("per-token-head:amax-in-float16", "takes each head's amax over its values cast to float16 "
                       "(past 65504 the amax and the scale are inf, and the head's finite values are written as "
@@ -210,7 +221,7 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                            "contiguous [pages, page_size, H] from their first element)", replayable=False)
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
         plain = plains.get(recipe.name) or [_reference_with(c, device, recipe, head_scales) for c in cases]
-        for key, title, scales, *stored in [*rules, *STORED_RULES]:
+        for key, title, scales, *stored in [*rules, *stored_rules]:
             if key == f"per-token-head:floor-on-{FLOOR_ON[recipe.rule]}":
                 continue
             want = [_reference_with(c, device, recipe, scales, *stored) for c in cases]
