@@ -334,6 +334,26 @@ def test_a_per_head_path_that_ignores_the_format_is_named(tmp_path, monkeypatch)
     assert finding.key == "format:e4m3-bytes@per-head", finding
 
 
+def _per_head_first_where_d_not_pow2(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+                                      v_scale):
+    """Every head scaled by head 0's scale, only where D is not a power of two (held-out batch 38's Triton write
+    indexed the scale by an element's offset over the padded head width)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    d = key.shape[-1]
+    if k_scale.numel() > 1 and d & (d - 1):
+        k_scale = k_scale[:1].expand(k_scale.numel())
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_per_head_rule_on_d_is_the_trigger(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_per_head_first_where_d_not_pow2)
+    values = {"k_scale": (0.5, 2.0, 0.3)}
+    odd = _PER_HEAD_CASE.replace(cache_loc=(1, 0), head_dim=12)
+    [finding] = _findings(_per_head_message(impl, odd, values, 1), "test_per_head", impl)
+    assert finding.key == "scale:per-head-first@dim-not-pow2", finding
+
+
 def _misread(read):
     def kernel(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
         from examples.vllm_divide import reshape_and_cache_flash

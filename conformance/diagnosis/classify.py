@@ -996,6 +996,11 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
             from conformance.diagnosis.ablation import BY_NAME
             found.key, found.title = f"{found.key}@tokens-equal-heads", f"{found.title}, " \
                                                                        f"{BY_NAME['tokens-equal-heads'].words}"
+        elif runnable and "@" not in found.key:
+            from conformance.diagnosis.per_head import per_head_size_rule
+            rule = per_head_size_rule(twin, *scales, impl, device)
+            if rule is not None:
+                found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
         return [found]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
         found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
