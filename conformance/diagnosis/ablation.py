@@ -534,6 +534,16 @@ def fitting_rule(attr: str, outcomes: dict[int, bool]) -> SizeRule | None:
     return None
 
 
+def probed_rule(case: Case, attr: str, fails_at: Callable[[int], bool]) -> SizeRule | None:
+    """The rule on H, D or T a failure of the Case follows where its own size fails: fails_at(n) at every other
+    probed size (SIZE_PROBES), the first rule every outcome follows, where it holds for the Case; None else.
+    For failures that are replayed outside the Diagnoser (per-head and per-token-head calls)."""
+    own = size_of(case, attr)
+    outcomes = {own: True, **{n: fails_at(n) for n in SIZE_PROBES[attr] if n != own}}
+    rule = fitting_rule(attr, outcomes)
+    return rule if rule is not None and rule.holds(case) else None
+
+
 def words(trigger: list[str]) -> str:
     """The trigger in words: 'only for a uint8 cache and only ...', or 'on the plain call'."""
     if not trigger:

@@ -247,18 +247,16 @@ def per_head_size_rule(case: Case, values: dict[str, Values], step: int, impl: I
     scales (a size that passes, once more with other values), and the first rule every outcome follows, where
     it holds for the failing D (a scale indexed by an element's offset over the padded head width, seen held
     out, is wrong only where D is not a power of two)."""
-    from conformance.diagnosis.ablation import SIZE_PROBES, fitting_rule, resized
+    from conformance.diagnosis.ablation import probed_rule, resized
 
     def fails(variant: Case) -> bool:
         called = _per_head_call(variant, values, step, impl, device)
         return called is None or not _same_caches(*called)
-    outcomes = {case.head_dim: True}
-    for n in SIZE_PROBES["dim"]:
-        if n != case.head_dim:
-            variant = resized(case, "dim", n)
-            outcomes[n] = fails(variant) or fails(variant.replace(seed=(case.seed + 7919) % 2**31))
-    rule = fitting_rule("dim", outcomes)
-    return rule if rule is not None and rule.holds(case) else None
+
+    def fails_at(n: int) -> bool:
+        variant = resized(case, "dim", n)
+        return fails(variant) or fails(variant.replace(seed=(case.seed + 7919) % 2**31))
+    return probed_rule(case, "dim", fails_at)
 
 
 def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from conformance.diagnosis.ablation import SIZE_PROBES, SizeRule, fitting_rule, resized
+from conformance.diagnosis.ablation import SizeRule, probed_rule, resized
 from conformance.diagnosis.classify import Finding
 from conformance.diagnosis.effects import _contiguous_strides
 from kernel.per_token_head import (
@@ -203,7 +203,6 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     if pc.case.input_dtype in ("bfloat16", "float16"):
         rules.append(("per-token-head:scale-in-input-dtype", f"computes each head's scale in {pc.case.input_dtype} "
                       "(the amax divided and floored before widening)", _in_dtype(getattr(torch, pc.case.input_dtype))))
-    if pc.case.input_dtype in ("bfloat16", "float16"):
         stored_rules.append(("per-token-head:stored-in-input-dtype", f"stores each head's scale rounded to "
                              f"{pc.case.input_dtype}, where the bytes use the float32 one", head_scales,
                              _rounded_to(getattr(torch, pc.case.input_dtype))))
@@ -248,5 +247,4 @@ def pth_size_rule(pc: PTHCase, impl, device: torch.device) -> SizeRule | None:
             if got is None or not _same(_reference_with(variant, device, held, head_scales), got):
                 return True
         return False
-    rule = fitting_rule("dim", {n: fails(n) for n in SIZE_PROBES["dim"]})
-    return rule if rule is not None and rule.holds(pc.case) else None
+    return probed_rule(pc.case, "dim", fails)
