@@ -1113,6 +1113,19 @@ def test_heads_past_a_tile_unwritten_are_one_defect_of_h(heads: int) -> None:
     assert keys == ["wrong-slot:unwritten@heads-above:4"]
 
 
+@pytest.mark.parametrize("fn, key", [("_head_tile_of_4", "wrong-slot:unwritten@heads-above:4"),
+                                     ("_inf_as_nan", "encoding:inf-nan@any")], ids=["head-tile", "fill-only"])
+def test_an_exhaustive_case_probes_its_sizes_without_its_fill(fn: str, key: str) -> None:
+    """The exhaustive patterns fill a Case of one shape, so no size of it can be probed with them: where the
+    Case fails alike without the fill (heads past a tile left unwritten), its sizes are probed so and the
+    trigger names H; a symptom only the patterns show (an infinity written as NaN) gets no rule from that."""
+    from conformance import test_exhaustive as ex
+
+    case = ex.pattern_case("bfloat16", Scale("float", 0.30000001192092896), Scale("tensor0d", 2.0**-5), "unfused")
+    found = Diagnoser(_impl(globals()[fn]), CPU, ex.fill_patterns).diagnose(case)
+    assert [f.key for f in found] == [key]
+
+
 def test_a_raise_tied_between_two_hosts_joins_them_once_they_are_one() -> None:
     """A kernel addressing pages with a stride from the shape raises where that view leaves the storage; its wrong
     bytes read as the cache ignored in one Case and as the page stride in another, one defect once explained

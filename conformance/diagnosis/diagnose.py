@@ -162,6 +162,7 @@ class Diagnoser:
         self.impl, self.device, self.fill = impl, device, fill
         self.plain = impl.convention.plain_scale_kind
         self._cache: dict[str, Replay | None] = {}
+        self._bare: Diagnoser | None = None  # the same calls without the fill (_unfilled)
 
     def replay(self, case: Case) -> Replay | None:
         """The call's outcome; None when the convention cannot express it or the reference refuses it."""
@@ -295,17 +296,31 @@ class Diagnoser:
         the first rule every outcome follows (not a power of two, not a multiple of m, below or above m) names
         that dimension of the trigger. From nothing, the rule must hold again on a cache of more pages: a bound
         read from H (pages x H) moves with H on one Case, and not as a rule of H."""
+        prober = self._unfilled(case, symptom)
+        if prober is None:
+            return trigger
         for attr, pow2 in (("dim", "dim-not-pow2"), ("heads", "heads-not-pow2"), ("tokens", "many-tokens")):
             if trigger and pow2 not in trigger:
                 continue
-            rule = self._size_rule(case, symptom, attr)
+            rule = prober._size_rule(case, symptom, attr)
             if rule is not None and not trigger:
                 more = case.replace(num_pages=2 * case.num_pages + 1)
-                again = self._size_rule(more, symptom, attr)
+                again = prober._size_rule(more, symptom, attr)
                 rule = rule if again is not None and again.name == rule.name else None
             if rule is not None and rule.name != "tokens-above:1":  # that is many-tokens already
                 trigger = [rule.name if t == pow2 else t for t in trigger] if pow2 in trigger else [rule.name]
         return trigger
+
+    def _unfilled(self, case: Case, symptom: str) -> Diagnoser | None:
+        """Who replays the Case at other sizes: this Diagnoser, or under a pattern fill (which keeps the Case's
+        shape) one without it, where the Case shows the same symptom without the fill too (a fill-only
+        symptom, a value the patterns hold, gets no size rule from another defect's failure); None else."""
+        if self.fill is None:
+            return self
+        if self._bare is None:
+            self._bare = Diagnoser(self.impl, self.device)
+        r = self._bare.replay(case)
+        return self._bare if r is not None and symptom in r.symptoms else None
 
     def _size_rule(self, case: Case, symptom: str, attr: str) -> SizeRule | None:
         own = size_of(case, attr)
