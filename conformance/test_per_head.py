@@ -107,12 +107,33 @@ def _skip_unless_per_head(impl) -> None:
         pytest.skip(f"the {impl.convention.name} convention passes no per-head scales (a [H] k_scale/v_scale)")
 
 
+#: H of the many-heads property: past 16, up to 64, the KV heads of multi-head-attention models (32 for
+#: Llama-2-7B, 40 for Llama-2-13B), where a head table or tile sized for grouped-query models (8 or 16) ends.
+MANY_HEADS = (17, 64)
+
+
 @variant_settings
 @given(data=st.data())
 def test_per_head_scales_are_bit_exact(data, impl, device, recipes):
     _skip_unless_per_head(impl)
     size = "large" if device.type == "cuda" else "small"
     case = data.draw(impl.cases(recipes=recipes, size=size, allow_out_of_range=True, min_heads=2), label="case")
+    _check_per_head(data, impl, device, case)
+
+
+@variant_settings
+@given(data=st.data())
+def test_per_head_scales_on_many_heads(data, impl, device, recipes):
+    """The same property where H is past 16 (MANY_HEADS; the other property draws H <= 6 on the CPU), with
+    few tokens and small heads, so that the interpreter's cost stays that of a small Case. Shrinks to H = 17."""
+    _skip_unless_per_head(impl)
+    case = data.draw(impl.cases(recipes=recipes, size="small", allow_out_of_range=True, min_heads=MANY_HEADS[0],
+                                max_heads=MANY_HEADS[1], max_tokens=4, max_dim=32), label="case")
+    _check_per_head(data, impl, device, case)
+
+
+def _check_per_head(data, impl, device: torch.device, case: Case) -> None:
+    """Bit-exactness of one drawn Case with [H] scales (drawn here) for K, V or both, whole caches compared."""
     which = data.draw(st.sampled_from((("k_scale",), ("v_scale",), ("k_scale", "v_scale"))), label="per_head")
     values = {name: data.draw(per_head_values(case.num_heads), label=f"{name}_per_head") for name in which}
     step = data.draw(st.sampled_from((1, 2)), label="scale_step")

@@ -398,6 +398,25 @@ def test_a_per_head_scale_read_wrong_is_named_by_how(read, key, step, tmp_path, 
     assert finding.key == key, finding
 
 
+def _table_of_four(s):
+    """Four scales kept (an array sized for grouped-query models): heads past the fourth read the fourth's."""
+    return s[[min(h, 3) for h in range(s.numel())]] if s.numel() > 1 else s
+
+
+@pytest.mark.parametrize(("read", "key"), [(_first_head, "scale:per-head-first"),
+                                           (_table_of_four, "scale:per-head-table")])
+def test_scales_equal_but_for_one_head_tell_readings_apart_by_distinct_ones(read, key, tmp_path, monkeypatch):
+    """A shrunk failure's [H] scales are equal but for the last head, where head 0's scale for every head and a
+    table of four scales give the same bytes: the reading that fits is held to distinct scales too (held-out
+    batch 40's 16-scale table was read as head 0's)."""
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_misread(read))
+    case = _PER_HEAD_CASE.replace(num_heads=5, cache_loc=(1, 0))
+    values = {"k_scale": (0.5, 0.5, 0.5, 0.5, 2.0)}
+    [finding] = _findings(_per_head_message(impl, case, values, 1), "test_per_head", impl)
+    assert finding.key == key, finding
+
+
 def _first_head_and_loc_stride_ignored(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
                                        v_scale):
     """Two defects: slot_mapping read as if contiguous, and every head scaled by the first head's scale."""

@@ -52,6 +52,12 @@ def _signed(x32):
     return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
 
 
+def _inf_masked(x32):
+    """An amax kept "robust" to outliers: ±inf masked out (NaN still propagates)."""
+    amax = x32.abs().masked_fill(x32.isinf(), 0).amax(dim=-1)
+    return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
+
+
 _CASE = PTHCase(Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pages=2, cache_loc=(5, 0, 2), seed=7,
                      cache_dtype="uint8"), "per-token-head-vllm", "separate", Layout.contiguous(3),
                 Layout.contiguous(3))
@@ -60,7 +66,8 @@ _CASE = PTHCase(Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pag
 @pytest.mark.parametrize(("scale_of", "key"), [(_per_token, "per-token-head:amax-over-heads"),
                                                (_no_floor, "per-token-head:no-floor"),
                                                (_in_bf16, "per-token-head:scale-in-input-dtype"),
-                                               (_signed, "per-token-head:amax-signed")])
+                                               (_signed, "per-token-head:amax-signed"),
+                                               (_inf_masked, "per-token-head:inf-dropped")])
 def test_a_scale_rule_real_kernels_get_wrong_is_named(scale_of, key, monkeypatch):
     """The failing Case need not hold the heads that tell the rule (an all-zero head for the missing floor):
     the same Case with special heads does."""

@@ -133,6 +133,19 @@ def _many_tokens(case: Case, draw: Draw) -> Case:
                         num_pages=pages, cache_loc=tuple((start + i) % n for i in range(t)))
 
 
+#: H of the many-heads row: the KV heads of multi-head-attention models (Llama-2-13B's 40), past a head table
+#: or tile sized for grouped-query ones (8 or 16).
+MANY_HEADS = (40, 64)
+
+
+def _many_heads(case: Case, draw: Draw) -> Case:
+    """H from MANY_HEADS, with T <= 4 and D <= 32: the interpreter's cost is per program instance and per
+    element."""
+    t = min(case.num_tokens, 4)
+    return case.replace(num_tokens=t, num_heads=draw(sampled(MANY_HEADS)), head_dim=min(case.head_dim, 32),
+                        cache_loc=case.cache_loc[:t])
+
+
 def _out_of_range(case: Case, draw: Draw) -> Case:
     loc = list(case.cache_loc)
     n = case.num_slots
@@ -230,6 +243,8 @@ def _rows() -> list[InputClass]:
     rows.append(InputClass("empty", "T = 0 (an empty batch)", _empty))
     rows.append(InputClass("many-tokens", f"T = {MANY_TOKENS} (past tiles and chunks of 32 to 512 tokens)",
                            _many_tokens, examples=2, shrink=False))
+    rows.append(InputClass("many-heads", f"H = {' or '.join(map(str, MANY_HEADS))} (multi-head attention's KV heads, "
+                           "past a head table or tile of 8 or 16)", _many_heads, examples=2))
     rows.append(InputClass("per-head-scales", "per-head scales: a [H] float32 k_scale or v_scale (vllm#30141)",
                            tests=(("test_per_head", "*", ()),)))
     # Decided by the properties that hold an implementation to e5m2 bytes; they skip (not applicable) for one

@@ -7,6 +7,7 @@ recipe's (kernel/per_token_head.py, `head_scales`), and one that gives every byt
 inline scales and scale caches, untouched bytes included) names the cause:
 - one amax over all of a token's heads (a per-token scale where the recipe has one a head);
 - NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
+- ±inf left out of a head's amax (an amax kept "robust" to outliers), where the recipe's scale is inf;
 - the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
 - no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681);
 - the floor as a guard against 0/0 only: an all-zero head floored, a tiny nonzero one not;
@@ -58,6 +59,12 @@ def _per_token(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
 
 def _nan_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     return head_scales(torch.where(torch.isnan(x32), 0.0, x32), recipe)
+
+
+def _inf_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule on the head's finite values (`|x|.masked_fill(isinf, 0).amax()`, an amax kept "robust"
+    to an outlier): a head holding ±inf gets a finite scale, where the recipe's is inf; NaN still wins."""
+    return head_scales(torch.where(torch.isinf(x32), 0.0, x32), recipe)
 
 
 def _signed_amax(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
@@ -115,6 +122,8 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:amax-over-heads", "takes one amax over all of a token's heads (a per-token scale)", _per_token),
     ("per-token-head:nan-dropped", "leaves NaN out of a head's amax (fmaxf), where the recipe's scale is NaN",
      _nan_dropped),
+    ("per-token-head:inf-dropped", "leaves ±inf out of a head's amax, so a head holding one gets a finite scale "
+     "where the recipe's is inf", _inf_dropped),
     ("per-token-head:floor-on-amax", "floors the amax, where the recipe floors the scale", _floored("amax")),
     ("per-token-head:floor-on-scale", "floors the scale, where the recipe floors the amax", _floored("scale")),
     ("per-token-head:no-floor", "has no floor: an all-zero head's scale is 0, and 0/0 is NaN", _floored("none")),
