@@ -302,6 +302,24 @@ def test_a_defect_another_defects_effect_also_explains_is_that_defect() -> None:
     assert list(groups) == ["approximate-division@any"] and len(groups["approximate-division@any"]) == 2
 
 
+def test_a_defect_whose_case_holds_another_defects_trigger_and_effect_is_that_defect() -> None:
+    """Held-out batch 40: a tile of four tokens whose lanes past T write zeros at slot 0. With its one token
+    padding, the Case reads as padding's dummy write to slot 0 (moving the padding back, the zeros land on the
+    token's own bytes: a wrong value, not a wrong slot); rows past T explain it too, and T = 1 is not a multiple
+    of 4: one defect. Where T is a multiple of 4, the trigger is not held, and the two stay apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_explained
+    padding, rows = "wrong-slot:slot-0-zeroed@padding", "overrun:rows@tokens-not-multiple:4"
+    for tokens, merged in ((1, True), (4, False)):
+        case = _case(num_tokens=tokens, cache_loc=(-1,) * tokens)
+        zeroed = Finding("wrong-slot", padding, "zeroed", facts={"explanations": [padding, "overrun:rows@padding"],
+                                                                 "minimal": case.to_dict()})
+        past = Finding("overrun", rows, "rows", facts={"explanations": [rows]})
+        groups = {padding: [("a", zeroed)], rows: [("b", past)]}
+        _merge_explained(groups)
+        assert (list(groups) == [rows]) is merged, (tokens, sorted(groups))
+
+
 def test_a_defect_of_a_narrower_class_joins_the_wider_one() -> None:
     """A reciprocal held in bf16 is within two fp32 ulps of the quotient in one Case and only within one
     e4m3 ulp in another: both say "not correctly rounded", one defect (the wider class)."""

@@ -495,10 +495,12 @@ def _merge_explained(groups: Groups) -> None:
             shared = effects if shared is None else shared & effects
         # A defect of an explanation's effect under a nested trigger is that explanation's defect too (the
         # other Case needed one more dimension for its symptom): it takes the narrower trigger.
+        # So is one whose every Case holds that defect's whole trigger: its effect is there, and explains it (a
+        # tile's lanes past T writing slot 0 read as padding's dummy writes where the one token is padding).
         mine = trigger_of(key)
         hosts = sorted({(f"{e}@{mine}", k) for e in (shared or set()) - {same_effect(key)} for k in groups
                         if k != key and "@" in k and "@" in key and same_effect(k) == e
-                        and _nested(trigger_set(k), trigger_set(key))})
+                        and (_nested(trigger_set(k), trigger_set(key)) or _holds_trigger(groups[key], k))})
         if len({k for _, k in hosts}) != 1:
             continue
         explanation, host = hosts[0]
@@ -507,6 +509,11 @@ def _merge_explained(groups: Groups) -> None:
             groups.setdefault(target, [])
             _move(groups, host, lambda _n, _f, target=target: (target, None))
         _move(groups, key, lambda _n, _f, target=target: (target, f" (also explained as {target})"))
+
+
+def _holds_trigger(pairs: list[tuple[str, Finding]], host: str) -> bool:
+    """Whether the Case of every finding has the host's whole (non-empty) trigger."""
+    return bool(trigger_set(host)) and all(_triggered(_case_of(f), [host]) for _, f in pairs)
 
 
 def _merge_overrun(groups: Groups) -> None:
