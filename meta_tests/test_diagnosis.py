@@ -607,6 +607,27 @@ def test_e4m3_bytes_in_an_e5m2_cache_are_one_format_defect(cache_dtype: str, spe
     assert Diagnoser(impl, CPU).diagnose(case.replace(cache_format="fp8_e4m3", cache_dtype="uint8")) == []
 
 
+def _vllm_e5m2_via_e4m3_view(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """Right e5m2 values, stored into uint8 caches through a view typed e4m3 (`cache.view(fp8_dtype)[i] = q`, a
+    value conversion): held-out batch 40's vLLM write."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    if kv_cache_dtype != "fp8_e5m2" or key_cache.dtype != torch.uint8:
+        reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+        return
+    for cache, x, s in ((key_cache, key, k_scale), (value_cache, value, v_scale)):
+        q = (x.float() / s.float()).clamp(-57344.0, 57344.0).to(torch.float8_e5m2)
+        rows = cache.view(torch.float8_e4m3fn).view(-1, *cache.shape[2:])
+        valid = (slot_mapping >= 0) & (slot_mapping < rows.shape[0])
+        rows[slot_mapping[valid].long()] = q[valid].float().to(torch.float8_e4m3fn)
+
+
+def test_e5m2_values_stored_as_e4m3_are_the_e4m3_format_defect() -> None:
+    impl = Implementation("e5m2-via-e4m3", _vllm_e5m2_via_e4m3_view, {}, convention=VLLM, recipe="divide")
+    case = _case(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor0d", 0.7), cache_format="fp8_e5m2",
+                 cache_dtype="uint8", recipe="divide")
+    assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["format:e4m3-bytes@cache-e5m2+cache-uint8"]
+
+
 def _fp32_via_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
                    recipe="unfused", checked=False):
     """float32 inputs narrowed to bf16 before the recipe (a kernel that loads every input as bf16)."""

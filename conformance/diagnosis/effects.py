@@ -1255,7 +1255,8 @@ def _applied_twice(rows: _Rows, held: str) -> list[torch.Tensor]:
 def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Callable[[], torch.Tensor | list]]]:
     rows = w.rows
     if case.cache_format != "fp8_e4m3":  # first: a kernel that writes e4m3 whatever it is told
-        yield "format:e4m3-bytes", lambda: _quantized(rows.x, _scale_value(rows.scale), held)
+        yield "format:e4m3-bytes", lambda: [_quantized(rows.x, _scale_value(rows.scale), held),
+                                            *_e4m3_of_e5m2(rows, held, case)]
     flushed = _inputs_flushed(rows, held)
     if flushed is not None:  # first: at a tiny scale, scale:ignored and others read these zeros alike
         yield "flush-to-zero:inputs", lambda: flushed
@@ -1361,6 +1362,16 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]
     for r in order:
         yield "approximate-division", lambda r=r: [rows.q(r), *_neighbours(rows, r)]
+
+
+def _e4m3_of_e5m2(rows: _Rows, held: str, case: Case) -> list[torch.Tensor]:
+    """In an e5m2 cache, e4m3 bytes of the right e5m2 values: an e5m2 result stored through a view typed e4m3
+    (`cache.view(torch.float8_e4m3fn)[i] = q`, a value conversion), saturating at ±448 or as torch's cast,
+    which makes a value past 448 NaN."""
+    if case.cache_format != "fp8_e5m2":
+        return []
+    values = _quantized(rows.x, _scale_value(rows.scale), held, "fp8_e5m2").view(torch.float8_e5m2).float()
+    return [_quantized(values, 1.0, held), values.to(torch.float8_e4m3fn).view(torch.uint8)]
 
 
 def _other_format(rows: _Rows, held: str, fmt: str) -> list[torch.Tensor]:
