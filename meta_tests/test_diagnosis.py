@@ -320,6 +320,23 @@ def test_a_defect_whose_case_holds_another_defects_trigger_and_effect_is_that_de
         assert (list(groups) == [rows]) is merged, (tokens, sorted(groups))
 
 
+def test_an_effect_whose_bound_on_d_moves_with_h_is_one_defect() -> None:
+    """Held-out batch 40: a head loop over groups of 256 // pow2(D) heads that steps the input by the cache's
+    head stride. H = 3 fails above D = 64, H = 2 above D = 128: three keys of one effect, each trigger implying
+    the broadest one, are one defect under it. A bound the other way (below) or another dimension stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_narrower
+    effect = "wrong-bytes:unexplained"
+    keys = [f"{effect}@dim-above:64", f"{effect}@dim-above:128+strided-cache", f"{effect}@dim-above:128+strided-input"]
+    groups = {k: [("t", Finding("wrong-bytes", k, k))] for k in keys}
+    _merge_narrower(groups)
+    assert list(groups) == [keys[0]] and len(groups[keys[0]]) == 3, sorted(groups)
+    apart = [f"{effect}@dim-above:64", f"{effect}@dim-below:16+strided-cache", f"{effect}@heads-above:128"]
+    groups = {k: [("t", Finding("wrong-bytes", k, k))] for k in apart}
+    _merge_narrower(groups)
+    assert sorted(groups) == sorted(apart)
+
+
 def test_a_defect_of_a_narrower_class_joins_the_wider_one() -> None:
     """A reciprocal held in bf16 is within two fp32 ulps of the quotient in one Case and only within one
     e4m3 ulp in another: both say "not correctly rounded", one defect (the wider class)."""

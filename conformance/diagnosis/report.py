@@ -432,11 +432,28 @@ def _merge_narrower(groups: Groups) -> None:
             _move(groups, key, lambda _n, _f, host=sized[0]: (host, None))
     for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and same_effect(k) == same_effect(key)
-                    and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k)))
+                    and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k))
+                         or _implied(trigger_set(k), trigger_set(key)))
                     and not _unsized(groups[k], trigger_set(key) - trigger_set(k)) and not _combined(k)]
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
             _move(groups, key, lambda _n, _f, host=host: (host, None))
+
+
+def _implied(narrow: frozenset[str], wide: frozenset[str]) -> bool:
+    """Whether every dimension of `narrow` is implied by one of `wide`, which is not implied back: D above 128
+    implies D above 64, so `E@dim-above:128+strided-cache` is `E@dim-above:64` (a head group of 256 // D's next
+    power of two elements: where the bound on D moves with H, each Case names its own)."""
+    def implies(a: str, b: str) -> bool:
+        ra, rb = SIZE_RULES.get(a), SIZE_RULES.get(b)
+        if a == b or ra is None or rb is None or ra.attr != rb.attr:
+            return a == b
+        (ka, ma), (kb, mb) = (r.name.split("-", 1)[1].split(":") if ":" in r.name else ("", "0") for r in (ra, rb))
+        return ka == kb and ((ka == "above" and int(ma) >= int(mb)) or (ka == "below" and int(ma) <= int(mb)))
+
+    def covers(x: frozenset[str], y: frozenset[str]) -> bool:
+        return bool(x) and all(any(implies(b, a) for b in y) for a in x)
+    return narrow != wide and covers(narrow, wide) and not covers(wide, narrow)
 
 
 def _combined(key: str) -> bool:
