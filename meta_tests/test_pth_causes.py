@@ -94,6 +94,19 @@ def test_a_scale_stored_before_its_floor_is_named(monkeypatch):
     assert found is not None and found.key == "per-token-head:stored-unfloored", found
 
 
+def test_a_reciprocal_stored_for_the_scale_is_named(monkeypatch):
+    """Held-out batch 41: the quantizer returns the factor it multiplied by (1/s) as the head's scale."""
+    right = _quantize_with(lambda x32: torch.maximum(_no_floor(x32), torch.full_like(_no_floor(x32), 1e-6)))
+
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, s = right(x)
+        return q, torch.ones_like(s) / s
+    monkeypatch.setattr(example, "_quantize", quantize)
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    found = pth_cause(_CASE, impl, CPU)
+    assert found is not None and found.key == "per-token-head:stored-reciprocal", found
+
+
 def test_a_scale_stored_in_the_input_dtype_is_named(monkeypatch):
     """Held-out batch 38: the fp32 scale divides, the one stored went through a staging buffer of the input's
     dtype (bf16 here: `torch.empty_like(x[..., 0])`)."""

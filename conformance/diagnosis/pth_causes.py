@@ -17,6 +17,7 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - the amax taken over a head cast to fp16 (a bf16 or fp32 value past 65504 makes it inf, so its scale is inf
   and its finite values are written as zeros), the bytes still quantized from the values themselves;
 - the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division);
+- the right scale used for the bytes, and its reciprocal stored (the factor the quantizer multiplied by);
 - the right scale used for the bytes, and stored rounded to a bf16/fp16 input's dtype (a staging buffer made
   like the input, `torch.empty_like(x[..., 0])`).
 Before them, separate scale caches are tried addressed as contiguous from their first element (their strides
@@ -135,9 +136,17 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
 
 
 #: key, title, the rule of the scales quantized with, and the rule of those stored beside the bytes.
+def _reciprocal(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """1 / s in float32, correctly rounded: the factor a quantizer multiplied by, returned as the scale."""
+    s = head_scales(x32, recipe)
+    return torch.ones_like(s) / s
+
+
 STORED_RULES: tuple[tuple[str, str, Scales, Scales], ...] = (
     ("per-token-head:stored-unfloored", "stores each head's scale before its floor, where the bytes use the "
      "floored one (an all-zero head stores 0)", head_scales, _floored("none")),
+    ("per-token-head:stored-reciprocal", "stores each head's reciprocal scale (1/s, the factor it multiplied by) "
+     "where the scale belongs", head_scales, _reciprocal),
 )
 
 
