@@ -1534,6 +1534,19 @@ def test_bytes_wrong_only_in_a_shared_buffer_join_the_one_defect_strided_caches_
     assert sorted(groups) == ["wrong-slot:unwritten@strided-cache"]
 
 
+def test_inputs_wrong_only_when_k_and_v_share_a_buffer_join_the_one_strided_input_defect() -> None:
+    """Held-out batch 41: a token stride taken as H x D. k and v as the halves of one buffer are strided views, so
+    that failure is the strided-input defect; where no defect is triggered by strided inputs it stays its own."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_shared_memory
+    host = "strides:inputs-ignored@strided-input"
+    for hosts, merged in (([host], True), (["wrong-slot:unwritten@strided-cache"], False)):
+        shared = Finding("wrong-bytes", "wrong-bytes:inputs-shared", "writes wrong bytes when k and v share memory")
+        groups = {h: [("a", Finding(h.split(":")[0], h, h))] for h in hosts} | {shared.key: [("b", shared)]}
+        _attribute_shared_memory(groups)
+        assert (shared.key not in groups) is merged, sorted(groups)
+
+
 def _overflow_to_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
                       *, recipe="unfused", checked=False):
     """An encoder whose exponent field wraps for quotients of 1024 and more: ±0 where ±448 belongs."""

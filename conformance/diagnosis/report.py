@@ -657,11 +657,17 @@ def _attribute_shared_memory(groups: Groups) -> None:
     """Wrong bytes or a raise seen only where the tensors share one buffer: sharing makes each cache a strided
     view (K and V interleaved per page, slot or head), whatever the separate Case's layout, so they are a
     symptom of the run's one defect that strided caches trigger, when there is exactly one (a cache flattened
-    by a reshape that copies where its pages cannot merge: nothing written)."""
-    for key in ("wrong-bytes:shared-memory", "raises:shared-memory"):
-        hosts = [k for k in groups if k != key and trigger_set(k) & {"strided-cache", "cache-layouts-differ"}]
+    by a reshape that copies where its pages cannot merge: nothing written). Likewise k and v sharing one
+    buffer, and the one defect strided inputs trigger (a token stride taken as H x D)."""
+    for key, dims, what in (("wrong-bytes:shared-memory", {"strided-cache", "cache-layouts-differ"}, "caches"),
+                            ("raises:shared-memory", {"strided-cache", "cache-layouts-differ"}, "caches"),
+                            # k and v as the halves of one buffer: each a strided view (a token stride of 2 H D)
+                            ("wrong-bytes:inputs-shared", {"strided-input", "input-layouts-differ"}, "inputs"),
+                            ("raises:inputs-shared", {"strided-input", "input-layouts-differ"}, "inputs")):
+        hosts = [k for k in groups if k != key and trigger_set(k) & dims]
         if key in groups and len(hosts) == 1:
-            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (the shared buffer's caches are strided)"))
+            _move(groups, key, lambda _n, _f, host=hosts[0], what=what: (host, f" (the shared buffer's {what} are "
+                                                                              "strided)"))
 
 
 def _triggered(case: Case | None, hosts: list[str]) -> list[str]:
