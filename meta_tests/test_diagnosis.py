@@ -2344,6 +2344,18 @@ def test_what_nothing_explains_under_a_shape_of_its_own_is_a_defect_of_its_own()
         assert sorted(joined) == ["wrong-slot:tokens-moved@page-size"], (unexplained, sorted(joined))
 
 
+def test_what_nothing_explains_under_a_bound_on_d_joins_the_one_defect_under_a_bound_on_h() -> None:
+    """Held-out batch 40: a head loop over groups of 256 // pow2(D) heads fails above H = 4 at D = 64 and above
+    D = 64 at H = 3: bounds on H and on D of one tile are one shape dimension, so what nothing explains under one
+    joins the run's one defect under the other."""
+    from conformance.diagnosis.report import _attribute_unexplained
+
+    host = "strides:inputs-heads-ignored@heads-above:4+strided-input"
+    joined = _groups(host, "wrong-bytes:unexplained@dim-above:64")
+    _attribute_unexplained(joined)
+    assert sorted(joined) == [host]
+
+
 def test_what_nothing_explains_beside_several_defects_goes_to_the_one_sharing_its_shape() -> None:
     """Held-out batch thirty's pair: a recipe of e5m2 caches alone and a NaN sign of fp8 caches; an e5m2 fp8 cache
     at a tiny scale shows both, which nothing explains. It goes under the defect whose trigger shares its e5m2

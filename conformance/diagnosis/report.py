@@ -836,9 +836,21 @@ def _attribute_unexplained(groups: Groups) -> None:
     for key in [k for k in unexplained if k != host]:
         # not where both are triggered by dimensions of the call's shape and no dimension is shared: a defect
         # of its own (a head tiled by 128 that reloads its first tile, beside offsets masked for a page size)
-        if shape and _shape_dimensions(key) and not shape & _shape_dimensions(key):
+        if shape and _shape_dimensions(key) and not _overlap(shape, _shape_dimensions(key)):
             continue
         _move(groups, key, lambda _n, _f: (host, why))
+
+
+#: Lower bounds on H and on D: a tile over a head's H x D elements grows with both (a head group of 256 //
+#: pow2(D) heads: H above 4 at D = 64 and D above 64 at H = 3 are one bound on the product).
+TILE_BOUNDS = ("heads-above:", "dim-above:")
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether two triggers share a dimension, a lower bound on H and one on D counting as one."""
+    def tiles(dims: frozenset[str]) -> bool:
+        return any(d.startswith(TILE_BOUNDS) for d in dims)
+    return bool(a & b) or (tiles(a) and tiles(b))
 
 
 def _attribute_unexplained_by_shape(groups: Groups, unexplained: list[str], hosts: list[str]) -> None:
