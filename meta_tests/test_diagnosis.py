@@ -1541,10 +1541,11 @@ def test_inputs_wrong_only_when_k_and_v_share_a_buffer_join_the_one_strided_inpu
     from conformance.diagnosis.report import _attribute_shared_memory
     host = "strides:inputs-ignored@strided-input"
     for hosts, merged in (([host], True), (["wrong-slot:unwritten@strided-cache"], False)):
-        shared = Finding("wrong-bytes", "wrong-bytes:inputs-shared", "writes wrong bytes when k and v share memory")
-        groups = {h: [("a", Finding(h.split(":")[0], h, h))] for h in hosts} | {shared.key: [("b", shared)]}
+        key = "wrong-bytes:inputs-shared"
+        shared = Finding("wrong-bytes", key, "writes wrong bytes when k and v share memory")
+        groups = {h: [("a", Finding(h.split(":")[0], h, h))] for h in hosts} | {key: [("b", shared)]}
         _attribute_shared_memory(groups)
-        assert (shared.key not in groups) is merged, sorted(groups)
+        assert (key not in groups) is merged, sorted(groups)
 
 
 def _overflow_to_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
