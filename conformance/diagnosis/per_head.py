@@ -272,7 +272,7 @@ def per_head_size_rule(case: Case, values: dict[str, Values], step: int, impl: I
     return probed_rule(case, "dim", fails_at)
 
 
-def distinct(heads: int) -> Values:
+def _distinct(heads: int) -> Values:
     """[H] scales that differ from head to head (non-dyadic, so that the recipes' roundings differ too): a
     shrunk failure's scales are often equal but for one head, where several readings give the same bytes."""
     return tuple(float(torch.tensor(0.3 + 0.05 * h, dtype=torch.float32)) for h in range(heads))
@@ -282,7 +282,7 @@ def _holds_on_distinct(case: Case, values: dict[str, Values], name: str, reading
                        impl: Implementation, device: torch.device) -> bool:
     """Whether the reading gives the implementation's bytes of the cache again with distinct scales for `name`
     (True where that call raises or the reading cannot differ there: nothing against it)."""
-    vals = distinct(case.num_heads)
+    vals = _distinct(case.num_heads)
     alt = reading[2](vals, 1, case.input_dtype, values.get("v_scale" if name == "k_scale" else "k_scale"))
     if alt is None or alt == vals:
         return True
