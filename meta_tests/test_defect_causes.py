@@ -25,7 +25,7 @@ from conformance.conventions import detect
 from conformance.harness import ConformanceFailure, describe_error, execute, fail, raised_by_implementation
 from conformance.impls import Implementation
 from strategies.build import build
-from strategies.case import Case, Layout, Scale
+from strategies.case import Case, Layout, Override, Scale
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -415,6 +415,29 @@ def test_scales_equal_but_for_one_head_tell_readings_apart_by_distinct_ones(read
     values = {"k_scale": (0.5, 0.5, 0.5, 0.5, 2.0)}
     [finding] = _findings(_per_head_message(impl, case, values, 1), "test_per_head", impl)
     assert finding.key == key, finding
+
+
+def _per_head_reciprocals(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """With [H] scales, recipe single (x times each head's fp32 reciprocal) where the one-scale path divides
+    (held-out batch 42: the H reciprocals computed once)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    from kernel import naive_fp8_set_kv_buffer
+    if k_scale.numel() == 1 and v_scale.numel() == 1:
+        reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+        return
+    naive_fp8_set_kv_buffer(key, value, key_cache, value_cache, slot_mapping, k_scale.reshape(-1),
+                            v_scale.reshape(-1), key_cache.shape[1], recipe="single")
+
+
+def test_a_per_head_path_with_another_recipe_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    """0.02490234375 / 1.7 lies just past an e4m3 midpoint, and times fp32(1 / 1.7) just short of it: one byte."""
+    impl = _per_head_impl(_per_head_reciprocals)
+    near = Override("k", 8, 0x3CCC, "0.02490234375")  # token 0, head 1 (scale 1.7), dim 0: exact in bf16
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), input_dtype="bfloat16", overrides=(near,))
+    values = {"k_scale": (0.3, 1.7, 0.1)}
+    [finding] = _findings(_per_head_message(impl, case, values, 1), "test_per_head", impl)
+    assert finding.key == "rounding:single@per-head", finding
 
 
 def _first_head_and_loc_stride_ignored(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,

@@ -8,7 +8,8 @@ the input dtype, the other cache's [H] scale, or one scale a tile of heads (the 
 one at the tile's index, as a program that loads `scale[pid_h]` reads it). Each is a reference call with
 other per-head scales; one that gives every byte of the wrong cache names the cause. Where none does, the [H]
 scales read right and the bytes encoded in another cache format (a per-head path that never reads the format it
-is told). None: nothing of these explains it.
+is told), or computed by another recipe (a per-head path that multiplies by reciprocals where the one-scale path
+divides). None: nothing of these explains it.
 """
 
 from __future__ import annotations
@@ -212,7 +213,30 @@ def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Imple
     called = _per_head_call(case, values, step, impl, device)
     if called is None:
         return None
-    return _reading(case, values, step, *called, device, impl) or _other_format(case, values, step, *called, device)
+    return (_reading(case, values, step, *called, device, impl) or _other_format(case, values, step, *called, device)
+            or _other_recipe(case, values, step, *called, device))
+
+
+def _other_recipe(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
+                  device: torch.device) -> Finding | None:
+    """Another recipe with the same [H] scales, where it gives every byte of each cache the call got wrong: a
+    per-head path with arithmetic of its own (the H reciprocals computed once, every element multiplied by
+    its head's, where the one-scale path divides)."""
+    from kernel.recipe import RECIPES
+    wrong = [c for c in ("k_cache", "v_cache") if not torch.equal(_bytes(expected, c), _bytes(actual, c))]
+    for name in RECIPES if wrong else ():
+        if name == case.recipe:
+            continue
+        told = case.replace(recipe=name)  # the built tensors' call passes their Case's recipe
+        try:
+            r = run_reference(told, device, _with(told, device, values, step))
+        except SuiteError:
+            continue
+        if all(torch.equal(_bytes(r, c), _bytes(actual, c)) for c in wrong):
+            return Finding("rounding", f"rounding:{name}@per-head", f"computes {name} where {case.recipe} is asked, "
+                           "with per-head ([H]) scales (its per-head path has arithmetic of its own)",
+                           replayable=False)
+    return None
 
 
 def _other_format(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
@@ -280,21 +304,29 @@ def _distinct(heads: int) -> Values:
 
 def _holds_on_distinct(case: Case, values: dict[str, Values], name: str, reading: Reading,
                        impl: Implementation, device: torch.device) -> bool:
-    """Whether the reading gives the implementation's bytes of the cache again with distinct scales for `name`
-    (True where that call raises or the reading cannot differ there: nothing against it)."""
+    """Whether the reading gives the implementation's bytes of the cache again with distinct scales for `name`,
+    on the Case and on it with DISTINCT_SEEDS - 1 other seeds (a scale held in bf16 moves few e4m3 bytes of a
+    small Case); True where a call raises or the reading cannot differ there: nothing against it."""
     vals = _distinct(case.num_heads)
     alt = reading[2](vals, 1, case.input_dtype, values.get("v_scale" if name == "k_scale" else "k_scale"))
     if alt is None or alt == vals:
         return True
     cache = "k_cache" if name == "k_scale" else "v_cache"
-    actual, error = run_impl(case, impl, device, _with(case, device, {**values, name: vals}, 1))
-    if error:
-        return True
-    try:
-        r = run_reference(case, device, _with(case, device, {**values, name: alt}, 1))
-    except SuiteError:
-        return True
-    return torch.equal(_bytes(r, cache), _bytes(actual, cache))
+    for seeded in (case.replace(seed=(case.seed + 7919 * i) % 2**31) for i in range(DISTINCT_SEEDS)):
+        actual, error = run_impl(seeded, impl, device, _with(seeded, device, {**values, name: vals}, 1))
+        if error:
+            return True
+        try:
+            r = run_reference(seeded, device, _with(seeded, device, {**values, name: alt}, 1))
+        except SuiteError:
+            return True
+        if not torch.equal(_bytes(r, cache), _bytes(actual, cache)):
+            return False
+    return True
+
+
+#: Seeds the distinct-scales check replays a fitting reading with.
+DISTINCT_SEEDS = 4
 
 
 def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
