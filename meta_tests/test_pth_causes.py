@@ -58,6 +58,12 @@ def _inf_masked(x32):
     return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
 
 
+def _nan_over_heads(x32):
+    """Each head's amax, but the NaN flag over the whole token (an axis left out of its reduction)."""
+    s = torch.maximum(x32.abs().amax(dim=-1) / 448.0, torch.full(x32.shape[:-1], 1e-6))
+    return torch.where(x32.isnan().flatten(-2).any(-1, keepdim=True), torch.nan, s)
+
+
 _CASE = PTHCase(Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pages=2, cache_loc=(5, 0, 2), seed=7,
                      cache_dtype="uint8"), "per-token-head-vllm", "separate", Layout.contiguous(3),
                 Layout.contiguous(3))
@@ -67,7 +73,8 @@ _CASE = PTHCase(Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pag
                                                (_no_floor, "per-token-head:no-floor"),
                                                (_in_bf16, "per-token-head:scale-in-input-dtype"),
                                                (_signed, "per-token-head:amax-signed"),
-                                               (_inf_masked, "per-token-head:inf-dropped")])
+                                               (_inf_masked, "per-token-head:inf-dropped"),
+                                               (_nan_over_heads, "per-token-head:nan-over-heads")])
 def test_a_scale_rule_real_kernels_get_wrong_is_named(scale_of, key, monkeypatch):
     """The failing Case need not hold the heads that tell the rule (an all-zero head for the missing floor):
     the same Case with special heads does."""

@@ -8,6 +8,7 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - one amax over all of a token's heads (a per-token scale where the recipe has one a head);
 - NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
 - ±inf left out of a head's amax (an amax kept "robust" to outliers), where the recipe's scale is inf;
+- the NaN flag reduced over all of a token's heads: one NaN makes every head of its token NaN;
 - the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
 - no floor at all: an all-zero head's scale is 0, and 0/0 is NaN (BUGS.md: kernels-community#681);
 - the floor as a guard against 0/0 only: an all-zero head floored, a tiny nonzero one not;
@@ -68,6 +69,13 @@ def _inf_dropped(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     return head_scales(torch.where(torch.isinf(x32), 0.0, x32), recipe)
 
 
+def _nan_over_heads(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule with the NaN flag reduced over all of a token's heads (an axis left out of the flag's
+    reduction, the amax's kept): one NaN makes every head of its token NaN."""
+    token_nan = torch.isnan(x32).flatten(-2).any(-1)[..., None].expand(x32.shape[:-1])
+    return torch.where(token_nan, torch.nan, head_scales(x32, recipe))
+
+
 def _signed_amax(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     """The recipe's rule on the signed maximum (`x.amax(-1)`, the abs left out): a head whose largest magnitude
     is negative gets a smaller scale, or the floor when all its values are negative."""
@@ -123,6 +131,8 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:amax-over-heads", "takes one amax over all of a token's heads (a per-token scale)", _per_token),
     ("per-token-head:nan-dropped", "leaves NaN out of a head's amax (fmaxf), where the recipe's scale is NaN",
      _nan_dropped),
+    ("per-token-head:nan-over-heads", "takes the NaN flag over all of a token's heads (one NaN makes every head of "
+     "its token NaN), the amax per head", _nan_over_heads),
     ("per-token-head:inf-dropped", "leaves ±inf out of a head's amax, so a head holding one gets a finite scale "
      "where the recipe's is inf", _inf_dropped),
     ("per-token-head:floor-on-amax", "floors the amax, where the recipe floors the scale", _floored("amax")),
