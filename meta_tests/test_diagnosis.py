@@ -337,6 +337,24 @@ def test_an_effect_whose_bound_on_d_moves_with_h_is_one_defect() -> None:
     assert sorted(groups) == sorted(apart)
 
 
+def test_value_rules_under_one_trigger_in_other_cache_formats_are_one_defect() -> None:
+    """Held-out batch 42: the fix-up skipped for a None scale (torch's raw cast) keeps NaN's sign, and reads as
+    another recipe in e5m2 and fnuz caches: one defect under the trigger they share. A trigger of formats alone
+    hosts nothing, and a trigger that adds a dimension other than a format stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_value_trigger
+    host = "encoding:nan-sign@scale-kind:none"
+    keys = [host, "rounding:unfused-nan@cache-e5m2+scale-kind:none", "rounding:unfused-nan@cache-fnuz+scale-kind:none"]
+    groups = {k: [("t", Finding(k.split(":")[0], k, k))] for k in keys}
+    _merge_value_trigger(groups)
+    assert list(groups) == [host] and len(groups[host]) == 3, sorted(groups)
+    apart = ["encoding:nan-sign@cache-e5m2", "rounding:divide@cache-e5m2+cache-uint8",
+             "rounding:unfused-nan@input-float32+scale-kind:none", "encoding:nan-sign@scale-kind:none"]
+    groups = {k: [("t", Finding(k.split(":")[0], k, k))] for k in apart}
+    _merge_value_trigger(groups)
+    assert sorted(groups) == sorted(apart)
+
+
 def test_a_defect_of_a_narrower_class_joins_the_wider_one() -> None:
     """A reciprocal held in bf16 is within two fp32 ulps of the quotient in one Case and only within one
     e4m3 ulp in another: both say "not correctly rounded", one defect (the wider class)."""

@@ -964,6 +964,15 @@ def _merge_value_trigger(groups: Groups) -> None:
         host = max(sorted(keys), key=lambda k: len(groups[k]))
         for key in sorted(set(keys) - {host}):
             _move(groups, key, lambda _n, _f, host=host: (host, " (a rule of the same defect: the same trigger)"))
+    # Under that trigger and cache formats besides: what a path's arithmetic does shows per format (a fix-up
+    # skipped for a None scale keeps NaN's sign in e4m3, and makes e5m2's overflow inf and fnuz's NaN)
+    for key in sorted((k for k in groups if "@" in k and class_of(k) in VALUE_CLASSES), key=lambda k: -len(k)):
+        hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES and trigger_set(h)
+                 and trigger_set(h) < trigger_set(key) and trigger_set(key) - trigger_set(h) <= FORMAT_DIMENSIONS
+                 and not trigger_set(h) <= FORMAT_DIMENSIONS]
+        if len(hosts) == 1:
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (a rule of the same defect: its trigger, in "
+                                                                    "another cache format)"))
     # Wrong bytes no model explains under that trigger and value dimensions alone are its bytes too
     # (with none but value dimensions, the run's one value defect on every input: a rule that fits ordinary
     # values, and at an extreme scale gives a NaN that no model reads, 0 x inf from a flushed input)
@@ -974,6 +983,10 @@ def _merge_value_trigger(groups: Groups) -> None:
         if len(hosts) == 1:
             _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (nothing explains it; under that value "
                                                                     "defect's trigger)"))
+
+
+#: Trigger dimensions that name a cache format.
+FORMAT_DIMENSIONS = frozenset({"cache-e5m2", "cache-fnuz", "cache-uint8", "format-alias"})
 
 
 def _attribute_graph(groups: Groups) -> None:
