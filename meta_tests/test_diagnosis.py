@@ -663,6 +663,26 @@ def test_e5m2_values_stored_as_e4m3_are_the_e4m3_format_defect() -> None:
     assert [f.key for f in Diagnoser(impl, CPU).diagnose(case)] == ["format:e4m3-bytes@cache-e5m2+cache-uint8"]
 
 
+def _rows_by_repeat(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                    recipe="unfused", checked=False):
+    """(token, head) rows r = t x H + h written at slot cache_loc[r mod T]: `slots.repeat(H)` where
+    `repeat_interleave` belongs (held-out batch 42's vLLM pair)."""
+    t, h = k.shape[0], k_cache.shape[-2]
+    scratch = [torch.zeros((t, 1, *c.shape[-2:]), dtype=c.dtype) for c in (k_cache, v_cache)]
+    _reference(k, v, *scratch, torch.arange(t), k_scale, v_scale, 1, recipe=recipe, checked=checked)
+    rows = [x[:, 0].reshape(t * h, -1).view(torch.uint8) for x in scratch]
+    slots = cache_loc.long().repeat(h)
+    for cache, row in zip((k_cache, v_cache), rows):
+        flat = cache.view(torch.uint8).view(-1, h, cache.shape[-1])
+        flat[slots, torch.arange(h).repeat(t)] = row
+
+
+def test_slots_repeated_for_interleaved_rows_are_named() -> None:
+    keys = [f.key for f in Diagnoser(_impl(_rows_by_repeat), CPU).diagnose(_case(num_tokens=3, num_heads=2,
+                                                                                 cache_loc=(5, 0, 9)))]
+    assert keys == ["wrong-slot:rows-repeated@many-tokens"]
+
+
 def _fp32_via_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
                    recipe="unfused", checked=False):
     """float32 inputs narrowed to bf16 before the recipe (a kernel that loads every input as bf16)."""

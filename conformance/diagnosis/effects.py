@@ -177,6 +177,9 @@ TITLES = {
                                    "pages)",
     "wrong-slot:loc-int32-words": "reads an int64 cache_loc as int32 words (token t gets the t-th 32-bit word: "
                                   "slots and their zero high halves in turn)",
+    "wrong-slot:rows-repeated": "writes (token, head) row r = t x H + h at slot cache_loc[r mod T] (the slots "
+                                "repeated H times, `repeat`, where each belongs to its token's H rows, "
+                                "`repeat_interleave`)",
     "wrong-bytes:unexplained": "writes wrong bytes that no recipe, scale, rounding or encoding rule explains",
     "strides:heads-permuted": "writes a token's heads in the wrong order (each head's bytes under another head)",
     "strides:dims-permuted": "writes each head's dims in the wrong order (each dim's byte under another dim)",
@@ -632,6 +635,27 @@ def _loc_words(b: Built) -> dict | None:
     return {**b.call(), "cache_loc": words}
 
 
+def _rows_repeated(b: Built) -> dict | None:
+    """K and V flattened to (token, head) rows r = t x H + h, each written at slot cache_loc[r mod T] in row order
+    (a later row over an earlier one, as an in-order scatter leaves them): the slots expanded with `repeat` where
+    `repeat_interleave` belongs. Needs two tokens and two heads (else it is the right call)."""
+    if b.case.num_tokens < 2 or b.case.num_heads < 2:
+        return None
+
+    def writer(call: dict) -> None:
+        rows, loc = _token_rows(call), call["cache_loc"].tolist()
+        t_count, heads = len(loc), call["k_cache"].shape[-2]
+        for name in CACHES:
+            cache = call[name]
+            page = cache.shape[1] if cache.dim() == 4 else 1
+            for r in range(t_count * heads):
+                s = loc[r % t_count]
+                if 0 <= s < cache.shape[0] * page:
+                    (cache[s // page, s % page] if cache.dim() == 4 else cache[s])[r % heads].copy_(
+                        rows[name][r // heads, r % heads])
+    return {**b.call(), "_writer": writer}
+
+
 def _page_rest_zeroed(b: Built) -> dict | None:
     """The call, then every slot of a page it writes that no token of the call names zeroed: a kernel that
     writes whole pages from a zeroed staging copy."""
@@ -741,6 +765,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("kv-mixed:k-for-v", "", _mixed("k", "k", "k_cache", "v_cache")),
     ("kv-mixed:v-for-k", "", _mixed("v", "v", "k_cache", "v_cache")),
     ("wrong-slot:loc-int32-words", "", _loc_words),
+    ("wrong-slot:rows-repeated", "", _rows_repeated),
     ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
     *((f"strides:dims-reversed:{g}", f"in groups of {g}", _dims_reversed(g)) for g in (2, 4, 8, 16)),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
