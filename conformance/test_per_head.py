@@ -186,9 +186,10 @@ def test_one_scale_for_every_head_is_the_per_tensor_write(data, impl, device, re
         if error:
             fail(impl, f"raises on a valid call (k_scale {list(built.k_scale.shape)} of {value!r}):", error)
     report = compare_caches(one, every)
-    if report:
+    if report:  # with the per-tensor twin line, the report diagnoses it as a per-head failure (per_head.py)
         fail(impl, f"k_scale of {value!r} for each of {case.num_heads} heads writes other bytes than k_scale "
-                   f"[{value!r}] (recipe {case.recipe}; expected: the one-element call's bytes):", report)
+                   f"[{value!r}] (recipe {case.recipe}; expected: the one-element call's bytes):",
+             f"{report}\n{per_tensor_twin(case, {'k_scale': (value,) * case.num_heads}, 1)}")
 
 
 @pytest.mark.cuda

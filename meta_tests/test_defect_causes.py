@@ -440,6 +440,23 @@ def test_a_per_head_path_with_another_recipe_is_named(tmp_path, monkeypatch):
     assert finding.key == "rounding:single@per-head", finding
 
 
+def test_one_value_for_every_head_unlike_one_element_is_diagnosed_as_a_per_head_failure(tmp_path, monkeypatch):
+    """test_one_scale_for_every_head_is_the_per_tensor_write compares the implementation with itself; its failure
+    carries the per-tensor twin line, so the report diagnoses it as a per-head failure (held-out batch 42: at a
+    scale of 2**-149 the per-head path's 1/s is inf, so 0 becomes NaN)."""
+    from conformance.test_per_head import per_tensor_twin
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_per_head_reciprocals)
+    tiny = 1.401298464324817e-45
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0), k_scale=Scale("tensor1", tiny),
+                                  overrides=(Override("k", 0, 0x0000, "+0"),))
+    message = ConformanceFailure(f"{impl.name}: k_scale of {tiny!r} for each of 3 heads writes other bytes than "
+                                 f"k_scale [{tiny!r}] (recipe divide; expected: the one-element call's bytes):\n"
+                                 f"k_cache: 1 of 64 bytes differ\n{per_tensor_twin(case, {'k_scale': (tiny,) * 3}, 1)}")
+    [finding] = _findings(message, "test_per_head", impl)
+    assert finding.key == "rounding:single@per-head", finding
+
+
 def _first_head_and_loc_stride_ignored(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
                                        v_scale):
     """Two defects: slot_mapping read as if contiguous, and every head scaled by the first head's scale."""
