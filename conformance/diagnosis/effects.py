@@ -533,16 +533,19 @@ def _valid_tokens(call: dict) -> Iterator[tuple[int, int]]:
     return ((t, s) for t, s in enumerate(call["cache_loc"].tolist()) if 0 <= s < slots)
 
 
+def _slot_view(cache: torch.Tensor, s: int) -> torch.Tensor:
+    """Slot s of a 3-D or 4-D cache: its [H, D] view."""
+    return cache[s // cache.shape[1], s % cache.shape[1]] if cache.dim() == 4 else cache[s]
+
+
 def _token_by_token(call: dict) -> None:
     """The reference's write where a misread cache view overlaps itself (a page stride smaller than a page),
     which the reference refuses: each valid token's bytes copied to its slot of the view in token order (so a
     later token's bytes land over an earlier's, as a sequential write leaves them)."""
     rows = _token_rows(call)
     for name in CACHES:
-        cache = call[name]
-        page = cache.shape[1] if cache.dim() == 4 else 1
         for t, s in _valid_tokens(call):
-            (cache[s // page, s % page] if cache.dim() == 4 else cache[s]).copy_(rows[name][t])
+            _slot_view(call[name], s).copy_(rows[name][t])
 
 
 def _head_major_rows(b: Built) -> dict | None:
@@ -643,16 +646,12 @@ def _rows_repeated(b: Built) -> dict | None:
         return None
 
     def writer(call: dict) -> None:
-        rows, loc = _token_rows(call), call["cache_loc"].tolist()
-        t_count, heads = len(loc), call["k_cache"].shape[-2]
+        rows, slots = _token_rows(call), dict(_valid_tokens(call))
+        tokens, heads = call["cache_loc"].shape[0], call["k_cache"].shape[-2]
         for name in CACHES:
-            cache = call[name]
-            page = cache.shape[1] if cache.dim() == 4 else 1
-            for r in range(t_count * heads):
-                s = loc[r % t_count]
-                if 0 <= s < cache.shape[0] * page:
-                    (cache[s // page, s % page] if cache.dim() == 4 else cache[s])[r % heads].copy_(
-                        rows[name][r // heads, r % heads])
+            for r in range(tokens * heads):
+                if r % tokens in slots:
+                    _slot_view(call[name], slots[r % tokens])[r % heads].copy_(rows[name][r // heads, r % heads])
     return {**b.call(), "_writer": writer}
 
 

@@ -124,6 +124,11 @@ def _bytes(built: Built, cache: str) -> torch.Tensor:
     return built.buffers[cache].cpu().reshape(-1).view(torch.uint8)
 
 
+def _differing(a: Built, b: Built) -> list[str]:
+    """The caches whose bytes differ between two calls."""
+    return [c for c in ("k_cache", "v_cache") if not torch.equal(_bytes(a, c), _bytes(b, c))]
+
+
 def _per_head_call(case: Case, values: dict[str, Values], step: int, impl: Implementation,
                    device: torch.device) -> tuple[Built, Built] | None:
     """The reference's and the implementation's call with these [H] scales; None where the implementation raises."""
@@ -223,7 +228,7 @@ def _other_recipe(case: Case, values: dict[str, Values], step: int, expected: Bu
     per-head path with arithmetic of its own (the H reciprocals computed once, every element multiplied by
     its head's, where the one-scale path divides)."""
     from kernel.recipe import RECIPES
-    wrong = [c for c in ("k_cache", "v_cache") if not torch.equal(_bytes(expected, c), _bytes(actual, c))]
+    wrong = _differing(expected, actual)
     held = RECIPES[case.recipe]
 
     def distance(name: str) -> int:  # a Case of zeros tells few recipes apart: the nearest to the held first
@@ -237,7 +242,7 @@ def _other_recipe(case: Case, values: dict[str, Values], step: int, expected: Bu
             r = run_reference(told, device, _with(told, device, values, step))
         except SuiteError:
             continue
-        if all(torch.equal(_bytes(r, c), _bytes(actual, c)) for c in wrong):
+        if not set(wrong) & set(_differing(r, actual)):
             return Finding("rounding", f"rounding:{name}@per-head", f"computes {name} where {case.recipe} is asked, "
                            "with per-head ([H]) scales (its per-head path has arithmetic of its own)",
                            replayable=False)
@@ -248,7 +253,7 @@ def _other_format(case: Case, values: dict[str, Values], step: int, expected: Bu
                   device: torch.device) -> Finding | None:
     """The reference on the same tensors told another cache format (the caches as their bytes, the format
     passed as `cache_dtype`), where it gives every byte of each cache the call got wrong."""
-    wrong = [c for c in ("k_cache", "v_cache") if not torch.equal(_bytes(expected, c), _bytes(actual, c))]
+    wrong = _differing(expected, actual)
     for fmt in CACHE_FORMATS if wrong else ():
         if fmt == case.cache_format:
             continue
@@ -260,7 +265,7 @@ def _other_format(case: Case, values: dict[str, Values], step: int, expected: Bu
             r = run_reference(told, device, built)
         except SuiteError:
             continue
-        if all(torch.equal(_bytes(r, c), _bytes(actual, c)) for c in wrong):
+        if not set(wrong) & set(_differing(r, actual)):
             name = fmt.removeprefix("fp8_")
             return Finding("format", f"format:{name}-bytes@per-head", f"writes {name} bytes where the cache is "
                            f"{case.cache_format.removeprefix('fp8_')}, with per-head ([H]) scales (its per-head path "
@@ -307,16 +312,16 @@ def _distinct(heads: int) -> Values:
     return tuple(float(torch.tensor(0.3 + 0.05 * h, dtype=torch.float32)) for h in range(heads))
 
 
-def _holds_on_distinct(case: Case, values: dict[str, Values], name: str, reading: Reading,
-                       impl: Implementation, device: torch.device) -> bool:
-    """Whether the reading gives the implementation's bytes of the cache again with distinct scales for `name`,
-    on the Case and on it with DISTINCT_SEEDS - 1 other seeds (a scale held in bf16 moves few e4m3 bytes of a
-    small Case); True where a call raises or the reading cannot differ there: nothing against it."""
+def _holds_on_distinct(case: Case, values: dict[str, Values], name: str, cache: str, other: Values | None,
+                       reading: Reading, impl: Implementation, device: torch.device) -> bool:
+    """Whether the reading gives the implementation's bytes of `name`'s cache again with distinct scales for
+    `name` (`other`: the other cache's [H] scales), on the Case and on it with DISTINCT_SEEDS - 1 other seeds (a
+    scale held in bf16 moves few e4m3 bytes of a small Case); True where a call raises or the reading cannot
+    differ there: nothing against it."""
     vals = _distinct(case.num_heads)
-    alt = reading[2](vals, 1, case.input_dtype, values.get("v_scale" if name == "k_scale" else "k_scale"))
+    alt = reading[2](vals, 1, case.input_dtype, other)
     if alt is None or alt == vals:
         return True
-    cache = "k_cache" if name == "k_scale" else "v_cache"
     # values drawn for a per-tensor scale of 1 (a failing Case's own tiny scale makes them all zeros, which
     # every reading writes alike)
     own = getattr(case, name)
@@ -356,7 +361,7 @@ def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, 
             except SuiteError:  # a reading the reference cannot take (a NaN scale it refuses)
                 continue
             if torch.equal(_bytes(r, cache), _bytes(actual, cache)) and \
-                    _holds_on_distinct(case, values, name, reading, impl, device):
+                    _holds_on_distinct(case, values, name, cache, other, reading, impl, device):
                 named[name] = reading
                 break
         else:

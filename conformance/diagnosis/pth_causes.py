@@ -145,13 +145,13 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
 )
 
 
-#: key, title, the rule of the scales quantized with, and the rule of those stored beside the bytes.
 def _reciprocal(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     """1 / s in float32, correctly rounded: the factor a quantizer multiplied by, returned as the scale."""
     s = head_scales(x32, recipe)
     return torch.ones_like(s) / s
 
 
+#: key, title, the rule of the scales quantized with, and the rule of those stored beside the bytes.
 STORED_RULES: tuple[tuple[str, str, Scales, Scales], ...] = (
     ("per-token-head:stored-unfloored", "stores each head's scale before its floor, where the bytes use the "
      "floored one (an all-zero head stores 0)", head_scales, _floored("none")),

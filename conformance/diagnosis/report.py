@@ -444,12 +444,15 @@ def _implied(narrow: frozenset[str], wide: frozenset[str]) -> bool:
     """Whether every dimension of `narrow` is implied by one of `wide`, which is not implied back: D above 128
     implies D above 64, so `E@dim-above:128+strided-cache` is `E@dim-above:64` (a head group of 256 // D's next
     power of two elements: where the bound on D moves with H, each Case names its own)."""
+    def bound(dim: str) -> tuple[str, int] | None:  # "dim-above:128" -> ("dim-above", 128)
+        rule, _, m = dim.rpartition(":")
+        return (rule, int(m)) if dim in SIZE_RULES and rule.endswith(("-above", "-below")) else None
+
     def implies(a: str, b: str) -> bool:
-        ra, rb = SIZE_RULES.get(a), SIZE_RULES.get(b)
-        if a == b or ra is None or rb is None or ra.attr != rb.attr:
+        ba, bb = bound(a), bound(b)
+        if a == b or ba is None or bb is None or ba[0] != bb[0]:
             return a == b
-        (ka, ma), (kb, mb) = (r.name.split("-", 1)[1].split(":") if ":" in r.name else ("", "0") for r in (ra, rb))
-        return ka == kb and ((ka == "above" and int(ma) >= int(mb)) or (ka == "below" and int(ma) <= int(mb)))
+        return ba[1] >= bb[1] if ba[0].endswith("-above") else ba[1] <= bb[1]
 
     def covers(x: frozenset[str], y: frozenset[str]) -> bool:
         return bool(x) and all(any(implies(b, a) for b in y) for a in x)
@@ -966,7 +969,8 @@ def _merge_value_trigger(groups: Groups) -> None:
             _move(groups, key, lambda _n, _f, host=host: (host, " (a rule of the same defect: the same trigger)"))
     # Under that trigger and cache formats besides: what a path's arithmetic does shows per format (a fix-up
     # skipped for a None scale keeps NaN's sign in e4m3, and makes e5m2's overflow inf and fnuz's NaN)
-    for key in sorted((k for k in groups if "@" in k and class_of(k) in VALUE_CLASSES), key=lambda k: -len(k)):
+    for key in sorted((k for k in groups if "@" in k and class_of(k) in VALUE_CLASSES),
+                      key=lambda k: -len(trigger_set(k))):
         hosts = [h for h in groups if h != key and "@" in h and class_of(h) in VALUE_CLASSES and trigger_set(h)
                  and trigger_set(h) < trigger_set(key) and trigger_set(key) - trigger_set(h) <= FORMAT_DIMENSIONS
                  and not trigger_set(h) <= FORMAT_DIMENSIONS]
