@@ -105,11 +105,22 @@ def capture(impl: Implementation, calls: list[Callable[[], None]], cases: list[C
                 for call in calls:
                     call()
         except Exception as exc:
-            fail(impl, "failed under CUDA-graph capture:", f"{type(exc).__name__}: {exc}", case)
+            fail(impl, "failed under CUDA-graph capture:", capture_error(exc), case)
     if caught:
         fail(impl, "warned under CUDA-graph capture:",
              "; ".join(f"{w.category.__name__}: {w.message}" for w in caught), case)
     return graph
+
+
+def capture_error(exc: BaseException) -> str:
+    """A failed capture's errors, the first first: an error inside the capture makes torch.cuda.graph's exit
+    fail too ("operation failed due to a previous error during capture"), and that one alone would hide the
+    cause (an operation a capture forbids, or the GPU's memory running out while other processes held it)."""
+    chain: list[BaseException] = []
+    while exc is not None and len(chain) < 4:
+        chain.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)  # as a traceback shows
+    return "\n".join(f"{'then ' if i else ''}{type(e).__name__}: {e}" for i, e in enumerate(reversed(chain)))
 
 
 def restore(built: Built, contents: dict[str, torch.Tensor]) -> None:

@@ -1117,6 +1117,42 @@ def test_a_failure_hypothesis_could_not_repeat_is_the_implementations_state() ->
     assert [f.key for f in other] != ["state:unrepeatable"]
 
 
+def test_a_capture_the_card_being_full_spoiled_is_no_defect_even_when_hypothesis_could_not_repeat_it() -> None:
+    """torch.cuda.graph's exit fails with "operation failed due to a previous error during capture" after any
+    error inside the capture; the capture's failure names that earlier error first, so an allocation that found
+    the card full (other reports held it, seen on an H100 with 8 reports at a time) reads as the machine's, not
+    as `state:unrepeatable`, when the repeat then passed."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.harness import _failure_kind
+    from conformance.test_graphs import capture_error
+    try:
+        try:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                               "79.18 GiB of which 1.00 GiB is free.")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from None
+    except RuntimeError as exc:
+        assert exc.__cause__ is None and exc.__suppress_context__
+        ended = exc
+    try:
+        try:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                               "79.18 GiB of which 1.00 GiB is free.")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")  # noqa: B904
+    except RuntimeError as exc:
+        chained = exc
+    text = capture_error(chained)
+    assert text.index("CUDA out of memory") < text.index("then RuntimeError: CUDA error: operation failed")
+    assert capture_error(ended).startswith("RuntimeError: CUDA error: operation failed")  # its only error
+    failure = _failure_kind("capture")(f"impl: failed under CUDA-graph capture:\n{text}")
+    found = classify_failure(failure, "test_replay_new_contents", "test_graphs", {}, None, None, unrepeatable=True)
+    assert [f.key for f in found] == ["unclassified:out-of-memory"]
+    plain = _failure_kind("capture")(f"impl: failed under CUDA-graph capture:\n{capture_error(ended)}")
+    found = classify_failure(plain, "test_replay_new_contents", "test_graphs", {}, None, None, unrepeatable=True)
+    assert [f.key for f in found] == ["state:unrepeatable"]
+
+
 def _written_then(edit):
     """A kernel that writes as the reference does, then edits the caches: edit(k_cache, v_cache, cache_loc, page)."""
     def fn(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,

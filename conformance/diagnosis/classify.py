@@ -725,6 +725,8 @@ def classify_failure(exc: BaseException, test: str, module: str, params: dict[st
     the failing run was the implementation's, as the suite's tensors come from seeds)."""
     message = str(exc)
     excerpt = excerpt_of(message)
+    if unrepeatable and out_of_memory(f"{type(exc).__name__}: {message}"):  # the card was full, then was not
+        return [starved(message)]
     if unrepeatable and any(c.__name__ == "ConformanceFailure" for c in type(exc).__mro__):
         return [Finding("state", "state:unrepeatable", UNREPEATABLE, replayable=False, excerpt=excerpt)]
     attached = getattr(exc, "kvfp8_findings", None)
