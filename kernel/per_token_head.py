@@ -216,20 +216,25 @@ def make_pth_plan(k: object, v: object, k_cache: object, v_cache: object, cache_
 FLOOR_ON = {"vllm": "scale", "flashinfer": "amax"}
 
 
-def head_scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe, floor_on: str | None = None) -> torch.Tensor:
+def head_scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe, floor_on: str | None = None,
+                by_reciprocal: bool = False) -> torch.Tensor:
     """Each head's fp32 scale s, [..., H], from its values x32 [..., H, D] (see the module docstring).
-    `floor_on` ("amax", "scale" or "none") moves the recipe's floor: the wrong rules the diagnosis tries
-    (conformance/diagnosis/pth_causes.py); None is the recipe's own (FLOOR_ON)."""
+    `floor_on` ("amax", "scale" or "none") moves the recipe's floor, and `by_reciprocal` multiplies by the fp32
+    1/448 instead of dividing by 448: the wrong rules the diagnosis tries (conformance/diagnosis/pth_causes.py);
+    the defaults are the recipe's own (FLOOR_ON, a correctly rounded division)."""
     nan = torch.isnan(x32)
     amax = torch.where(nan, 0.0, x32.abs()).amax(-1)  # NaN kept out of the max: its rule is below
     # Tensor / tensor: ATen's CUDA division by a Python scalar multiplies by its reciprocal.
     q_max = torch.full_like(amax, E4M3.max_finite)
     floor = FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER
     where = floor_on or FLOOR_ON[recipe.rule]
+
+    def per_max(a: torch.Tensor) -> torch.Tensor:
+        return a * (torch.ones_like(q_max) / q_max) if by_reciprocal else a / q_max
     if where == "amax":
-        s = torch.where(amax < floor, floor, amax) / q_max
+        s = per_max(torch.where(amax < floor, floor, amax))
     else:
-        s = amax / q_max
+        s = per_max(amax)
         if where == "scale":
             s = torch.where(s < floor, floor, s)  # an explicit compare: no min/max NaN rule involved
     return torch.where(nan.any(-1), torch.nan, s)

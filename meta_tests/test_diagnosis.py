@@ -738,6 +738,106 @@ def test_a_rounding_or_overflow_rule_of_its_own_is_named(fn, key) -> None:
     assert [f.key for f in Diagnoser(_impl(fn, "single"), CPU).diagnose(case)] == [key]
 
 
+def _sign_negated_in_uint8(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                           use_triton=True, *, recipe="unfused", checked=False):
+    """Right bytes, but a uint8 cache's negative ones written as 256 minus their magnitude (the int8 KV path's
+    sign by negation, reused for the fp8 bits)."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    if k_cache.dtype != torch.uint8:
+        return
+    for cache in (k_cache, v_cache):
+        rows = cache.view(-1, *cache.shape[-2:])
+        for slot in cache_loc.tolist():
+            if 0 <= slot < rows.shape[0]:
+                b = rows[slot].to(torch.int16)
+                rows[slot] = torch.where(b >= 0x80, (256 - (b & 0x7F)) % 256, b).to(torch.uint8)
+
+
+def test_a_sign_applied_by_negation_in_a_uint8_cache_is_named() -> None:
+    """-448 as 0x82 and -0 as 0x00 (two's complement of the magnitude byte), only in uint8 caches: one storage
+    rule with its trigger (held-out batch forty-three read `wrong-bytes:unexplained@cache-uint8`)."""
+    over = tuple(Override("k", i, bits, "edge") for i, bits in enumerate((0xC3E0, 0x8000, 0xBF80, 0x3F80)))
+    case = _case(num_tokens=4, cache_loc=(0, 1, 2, 5), overrides=over, cache_dtype="uint8")
+    assert [f.key for f in Diagnoser(_impl(_sign_negated_in_uint8), CPU).diagnose(case)] == \
+        ["storage:sign-negated@cache-uint8"]
+
+
+def _toward_zero(a: torch.Tensor) -> torch.Tensor:
+    """|y| onto the e4m3 grid toward zero (trunc(a / q) * q), saturating at 448."""
+    m = a.abs()
+    binade = torch.floor(torch.log2(m.clamp(min=2.0**-30))).clamp(min=-6)
+    q = 2.0 ** (binade - 3)
+    return torch.copysign(torch.trunc(m / q).mul(q).clamp(max=448.0), a).float()
+
+
+def _transposed_reshaped(x: torch.Tensor) -> torch.Tensor:
+    """A [T, H, D] input's [H, T, D] transpose reshaped to [T, H, D] (where a transpose back was meant)."""
+    return x.transpose(0, 1).contiguous().reshape(x.shape)
+
+
+def _rows_reshaped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="single", checked=False):
+    _torch_single(_transposed_reshaped(k), _transposed_reshaped(v), k_cache, v_cache, cache_loc, k_scale, v_scale,
+                  lambda y: y.float())
+
+
+def _rows_reshaped_toward_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                               use_triton=True, *, recipe="single", checked=False):
+    _torch_single(_transposed_reshaped(k), _transposed_reshaped(v), k_cache, v_cache, cache_loc, k_scale, v_scale,
+                  _toward_zero)
+
+
+def _toward_zero_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                       *, recipe="single", checked=False):
+    _torch_single(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, _toward_zero)
+
+
+def test_rows_permuted_across_tokens_are_named_and_seen_behind_a_value_defect_of_every_call() -> None:
+    """A head-major result reshaped where a transpose was meant puts (token, head) rows under other tokens: one
+    placement effect. Behind rounding toward zero, which every call shows and so every minimal Case keeps, the
+    rows permuted are lost with the dimensions the ablations move back; the bytes the rounding rule leaves
+    unexplained are minimized on their own and name the second cause (held-out batch forty-three's pair)."""
+    case = _case(recipe="single", num_tokens=4, cache_loc=(0, 1, 2, 5), head_dim=8)
+    keys = {fn: {f.key.split("@")[0] for f in Diagnoser(_impl(fn, "single"), CPU).diagnose(case)}
+            for fn in (_rows_reshaped, _toward_zero_write, _rows_reshaped_toward_zero)}
+    assert keys[_rows_reshaped] == {"strides:rows-permuted"}, keys
+    assert keys[_toward_zero_write] == {"rounds-toward-zero"}, keys
+    assert keys[_rows_reshaped_toward_zero] == {"strides:rows-permuted", "rounds-toward-zero"}, keys
+
+
+def _bf16_read_as_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                       *, recipe="unfused", checked=False):
+    """bf16 inputs read as +0 (their bits shifted out of a 16-bit integer before widening); fp16 and fp32 right."""
+    if k.dtype == torch.bfloat16:
+        k, v = torch.zeros_like(k), torch.zeros_like(v)
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_every_input_read_as_zero_is_named() -> None:
+    """The bytes of +0 inputs for every value (0x00, NaN where 1/s is inf): one input misread, not bytes nothing
+    explains (held-out batch forty-three's pair read `wrong-bytes:unexplained@plain`)."""
+    over = tuple(Override("k", i, bits, "edge") for i, bits in enumerate((0xC3E0, 0x8000, 0x7FC0, 0x3F80)))
+    case = _case(num_tokens=4, cache_loc=(0, 1, 2, 5), overrides=over)
+    assert [f.key for f in Diagnoser(_impl(_bf16_read_as_zero), CPU).diagnose(case)] == ["input-misread:zeros@any"]
+
+
+def test_one_effect_whose_cases_each_hold_the_others_trigger_is_one_defect_under_both() -> None:
+    """Rows permuted across tokens need T > 1 and H > 1: a Case of two tokens and two heads whose ablation to one
+    head made it vanish reads `@heads-above:1`, another whose ablation to one token did reads `@many-tokens`.
+    Each Case has the other's trigger: one defect, under both (batch forty-three's reshape). Where one Case
+    lacks the other's trigger, two stay."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_joint_triggers
+    both = _case(num_tokens=2, num_heads=2, cache_loc=(1, 5)).to_dict()
+    one_head = _case(num_tokens=2, num_heads=1, cache_loc=(1, 5)).to_dict()
+    heads, tokens = "strides:rows-permuted@heads-above:1", "strides:rows-permuted@many-tokens"
+    for other, merged in ((both, True), (one_head, False)):
+        groups = {heads: [("a", Finding("strides", heads, "?", facts={"minimal": both}))],
+                  tokens: [("b", Finding("strides", tokens, "?", facts={"minimal": other}))]}
+        _merge_joint_triggers(groups)
+        assert (sorted(groups) == ["strides:rows-permuted@heads-above:1+many-tokens"]) == merged, groups
+
+
 def _vllm_clamped_at_448(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     """vLLM's convention, every quotient clamped to e4m3's ±448, e5m2 writes too (an e4m3-era FP8_MAX)."""
     fmt = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn

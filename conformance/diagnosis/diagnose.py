@@ -246,13 +246,17 @@ class Diagnoser:
     def minimize(self, case: Case, symptom: str) -> tuple[Case, list[str]]:
         """The minimal variant that still shows the symptom, and the trigger: the dimensions whose
         ablation of that variant makes it vanish."""
-        current = case
-        for ablation in self._ablations():
-            for variant in ablation.variants(current, self.plain):
-                if self.fails(variant, symptom):
-                    current = variant
-                    break
+        current = self._shrunk(case, lambda v: self.fails(v, symptom))
         return current, self._trigger(current, symptom)
+
+    def _shrunk(self, case: Case, failing: Callable[[Case], bool | None]) -> Case:
+        """The Case with each ablation's first variant that still fails taken in turn."""
+        for ablation in self._ablations():
+            for variant in ablation.variants(case, self.plain):
+                if failing(variant):
+                    case = variant
+                    break
+        return case
 
     def _trigger(self, current: Case, symptom: str, also: frozenset[str] = frozenset()) -> list[str]:
         """The dimensions whose ablation of the Case makes the symptom (and each of `also`) vanish, H, D and T
@@ -631,9 +635,12 @@ class Diagnoser:
         if first is None or not first.symptoms:  # passes, or differs only where the contract leaves it open
             return []  # (which token's bytes a shared slot holds): the caller reads the failure's own text
         findings: dict[str, Finding] = {}
+        values: dict[str, Case] = {}  # the value effects found, and the minimal Case each was read from
         for symptom in sorted(first.symptoms):
             minimal, trigger = self.minimize(case, symptom)
             for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
+                if effect.value and not effect.key.endswith(":unexplained"):
+                    values.setdefault(effect.key, minimal)
                 named = trigger
                 if _placed(effect) and symptom in VALUE_SYMPTOMS:
                     # Bytes out of place that differ in their signs alone (every moved byte ±0 at an extreme
@@ -648,9 +655,62 @@ class Diagnoser:
                 f = finding(effect, named, minimal, case.recipe)
                 findings.setdefault(f.key, f)
         kept = narrowest(self._one_trigger_per_effect(list(findings.values())))
+        behind = self._behind_values(case, first, values) if values else None
+        if behind is not None and not any(same_effect(f.key) == same_effect(behind[1].key) for f in kept):
+            replaced, extra = behind
+            kept = [f for f in kept if f.facts.get("effect") not in replaced] + [extra]
         for f in kept:
             self._save(f)
         return kept
+
+    def _fits(self, key: str, case: Case, r: Replay) -> bool:
+        """Whether this effect accounts for every differing cache byte of the call."""
+        if not r.symptoms:
+            return True
+        found = explain(case, r.expected, r.actual, r.before, self._fresh(case), placement=False,
+                        only=frozenset({key}))
+        if found and all(key in (e.key, *e.alternatives) for e in found):
+            return True
+        return _placed(Effect(key, "")) and explains(key, case, r.expected, r.actual, r.before, self._fresh(case))
+
+    def _unexplained_by(self, keys: list[str], case: Case) -> bool | None:
+        """Whether the Case writes wrong bytes that none of these value effects accounts for (None: it cannot
+        be run, or it raises)."""
+        r = self.replay(case)
+        if r is None or r.error:
+            return None
+        return bool(r.symptoms) and not any(self._fits(k, case, r) for k in keys)
+
+    def _behind_values(self, case: Case, first: Replay, values: dict[str, Case]) -> tuple[set[str], Finding] | None:
+        """A value defect of every call (subnormal quotients rounded twice, say) survives every ablation, so each
+        symptom's minimal Case shows it alone, and a second cause whose dimensions the ablations moved back is
+        lost with them. So where none of the value effects found accounts for the failing Case's own bytes, the
+        Case is minimized again on bytes they leave unexplained, and that variant's effect, named and not
+        unexplained, is the second cause; its trigger, the dimensions whose ablation makes those bytes vanish.
+        An effect that accounts for a value effect's own minimal Case too is its cause instead (returned as the
+        keys it replaces): one cause the minimal Case showed under a narrower model."""
+        keys = list(values)
+        if first.error or not self._unexplained_by(keys, case):
+            return None
+        current = self._shrunk(case, lambda v: self._unexplained_by(keys, v))
+        r = self.replay(current)
+        if r is None or r.error:
+            return None
+        found = explain(current, r.expected, r.actual, r.before, self._fresh(current), exclude=frozenset(keys))
+        if len(found) != 1 or found[0].key.endswith(":unexplained") or found[0].key in keys:
+            return None  # no one effect of its own: leave the failure to the value effects found
+        effect = found[0]
+        trigger = []
+        for ablation in self._ablations():
+            ran = [x for x in (self._unexplained_by(keys, v) for v in ablation.variants(current, self.plain))
+                   if x is not None]
+            if ran and not any(ran):
+                trigger.append(ablation.name)
+        implied = {d for t in trigger for d in IMPLIED.get(t, ())}
+        trigger = [t for t in trigger if t not in implied]
+        replaced = {k for k, minimal in values.items()
+                    if (m := self.replay(minimal)) is not None and not m.error and self._fits(effect.key, minimal, m)}
+        return replaced, finding(effect, trigger, current, case.recipe)
 
     def _stray_trigger(self, case: Case, trigger: list[str]) -> list[str]:
         """A token past the batch written at slot 0 shows as wrong values where a token names slot 0 (moving it

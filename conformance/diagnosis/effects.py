@@ -79,6 +79,8 @@ TITLES = {
     "input-rounded:float16": "converts its inputs to float16 before quantizing (float32 inputs: a double rounding; "
                              "bfloat16 inputs: past ±65504 they overflow to inf, small ones lose bits)",
     "storage:value-cast": "converts fp8 values numerically into a uint8 cache instead of copying their bits",
+    "storage:sign-negated": "writes a negative value's byte as 256 minus its magnitude byte (the sign applied by "
+                            "negating through an int8 view, two's complement, where the format has a sign bit)",
     "format:e4m3-bytes": "writes e4m3 bytes into a cache of another format (the format it is told is ignored)",
     "format:e5m2-bytes": "writes e5m2 bytes into a cache of another format (the format taken from elsewhere)",
     "format:e4m3fnuz-bytes": "writes e4m3fnuz bytes into a cache of another format (the format taken from "
@@ -183,6 +185,11 @@ TITLES = {
     "wrong-bytes:unexplained": "writes wrong bytes that no recipe, scale, rounding or encoding rule explains",
     "strides:heads-permuted": "writes a token's heads in the wrong order (each head's bytes under another head)",
     "strides:dims-permuted": "writes each head's dims in the wrong order (each dim's byte under another dim)",
+    "input-misread:zeros": "reads every input value as +0 (a load masked off, or a bf16's bits shifted out of a "
+                           "16-bit integer before widening)",
+    "strides:rows-permuted": "writes each (token, head) row's bytes under another token's row (the batch's rows "
+                             "permuted across tokens: a reshape where a transpose was meant, or a row index "
+                             "computed wrongly)",
     "wrong-slot:tokens-moved": "writes whole tokens at wrong slots (each token's own bytes, at a slot computed "
                                "wrongly)",
     "wrong-slot:unexplained": "writes bytes in the wrong places, in a way no misread argument explains",
@@ -881,7 +888,7 @@ def explains(key: str, case: Case, expected: Built, actual: Built, before: dict[
                 return True
             builds += [built] if built is not None else []
         return any(_heads_split(case, expected, actual, b) is not None for b in builds)
-    moved = _tokens_moved if key == "wrong-slot:tokens-moved" else _within_rows
+    moved = {"wrong-slot:tokens-moved": _tokens_moved, "strides:rows-permuted": _rows_permuted}.get(key, _within_rows)
     found = moved(case, expected, actual, before)
     return found is not None and key in (found.key, *found.alternatives)
 
@@ -1068,6 +1075,14 @@ def _inputs_flushed(rows: _Rows, held: str) -> torch.Tensor | None:
     return _quantized(flushed, _scale_value(rows.scale), held, rows.case.cache_format)
 
 
+def _inputs_zero(rows: _Rows, held: str) -> torch.Tensor | None:
+    """The held recipe's bytes of +0 inputs: every value read as zero (a load masked off, or a bf16's bits shifted
+    out of a 16-bit integer before it was widened); None where every input is a zero already."""
+    if not bool((rows.x != 0).any()):
+        return None
+    return _quantized(torch.zeros_like(rows.x), _scale_value(rows.scale), held, rows.case.cache_format)
+
+
 def _grid(case: Case) -> tuple[torch.Tensor, int]:
     """The cache format's finite magnitudes by byte (float64, CPU) and the largest finite byte (e4m3's 0x7E)."""
     return _grid_of(case.cache_format)
@@ -1235,6 +1250,13 @@ def _value_cast(rows: _Rows, held: str) -> torch.Tensor:
     return rows.q(held).view(getattr(torch, FP8_CACHE_DTYPES[rows.case.cache_format])).to(torch.uint8)
 
 
+def _sign_negated(rows: _Rows, held: str) -> torch.Tensor:
+    """The magnitude byte, negated as an int8 where the sign bit is set: -0 becomes 0x00, -448 0x82 (0xFE)."""
+    q = rows.q(held)
+    magnitude = q & 0x7F
+    return torch.where((q & 0x80) != 0, ((256 - magnitude.to(torch.int16)) % 256).to(torch.uint8), q)
+
+
 @dataclass
 class _Written:
     """One cache's written slots, with a single writer each: the token of each and the actual rows."""
@@ -1352,6 +1374,7 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
                                              _flushed(rows.q(r), False, case.cache_format)]
     if case.cache_dtype == "uint8":
         yield "storage:value-cast", lambda: _value_cast(rows, held)
+    yield "storage:sign-negated", lambda: _sign_negated(rows, held)
     for r in order:
         yield "rounds-toward-zero", lambda r=r: _toward_zero(rows, r)
     for r in order:
@@ -1368,6 +1391,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     if rebiased is not None:  # a widening right for normal values only: zeros and subnormals near 2**-15
         yield "input-misread:fp16-subnormals", lambda: _quantized(rebiased, _scale_value(rows.scale), held,
                                                                   case.cache_format)
+    zeros = _inputs_zero(rows, held)
+    if zeros is not None:  # after the rules that write zeros for some values (flushes, underflows)
+        yield "input-misread:zeros", lambda: zeros
     for dtype in other:  # an input sent down another dtype's path: its bytes read as that dtype's
         yield f"input-misread:{str(dtype).split('.')[1]}", lambda dtype=dtype: _quantized(
             _read_as(rows.x, dtype), _scale_value(rows.scale), held, case.cache_format)
@@ -1511,18 +1537,10 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
     these keys fit again reads the same answer without some forty other models' reference calls."""
     held = case.recipe
     effects = []
-    for which in CACHES:
-        exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
-        diff = exp != act
-        if not diff.any():
-            continue
-        if (diff & ~written_mask(case, which)).any():
-            return []  # bytes outside the written slots: a placement defect, not a value one
-        rows = _Rows(case, which, expected, actual, before)
-        bad = [s for s in sorted(rows.writers) if diff[rows.index[s]].any()]
-        if any(len(rows.writers[s]) > 1 for s in bad):
-            return []
-        single = [s for s in rows.writers if len(rows.writers[s]) == 1]
+    written = _single_writers(case, expected, actual, before)
+    if written is None:  # bytes outside the written slots (a placement defect), or in a slot of several writers
+        return []
+    for which, (rows, single) in written.items():
         w = _Written.of(rows, single)
         e = torch.stack([rows.row(rows.exp, s) for s in single])
         old = torch.stack([rows.row(rows.before, s) for s in single])
@@ -1615,28 +1633,44 @@ def _mapping_words(pi: list[int], what: str) -> str:
     return ", ".join(moves[:4]) + (f" (and {len(moves) - 4} more)" if len(moves) > 4 else "")
 
 
+def _single_writers(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]
+                    ) -> dict[str, tuple[_Rows, list[int]]] | None:
+    """Each differing cache's rows and its slots of one writer each; None where bytes differ outside the written
+    slots (a placement defect), or in a slot several tokens write (which token's bytes it holds is left open)."""
+    found = {}
+    for which in CACHES:
+        diff = expected.buffers[which].cpu() != actual.buffers[which].cpu()
+        if not diff.any():
+            continue
+        if (diff & ~written_mask(case, which)).any():
+            return None
+        rows = _Rows(case, which, expected, actual, before)
+        if any(len(rows.writers[s]) > 1 and diff[rows.index[s]].any() for s in rows.writers):
+            return None
+        found[which] = (rows, [s for s in rows.writers if len(rows.writers[s]) == 1])
+    return found
+
+
+def _written_rows(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]
+                  ) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+    """Each differing cache's single-writer rows, expected and actual ([n, H, D] each), as _single_writers."""
+    found = _single_writers(case, expected, actual, before)
+    return None if found is None else {
+        which: (torch.stack([rows.row(rows.exp, s) for s in single]),
+                torch.stack([rows.row(rows.act, s) for s in single])) for which, (rows, single) in found.items()}
+
+
 def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> Effect | None:
     """Heads or dims permuted within each written slot: every written row holds the reference's bytes of its own
     token, with one permutation of its heads (or of each head's dims) for all tokens of a cache (a head index
     or a vector store's lanes computed wrongly)."""
-    if _too_many_to_move(case):
+    written = None if _too_many_to_move(case) else _written_rows(case, expected, actual, before)
+    if not written:
         return None
     for axis, what, key in ((1, "head", "strides:heads-permuted"), (2, "dim", "strides:dims-permuted")):
         words = []
-        for which in CACHES:
-            exp, act = expected.buffers[which].cpu(), actual.buffers[which].cpu()
-            diff = exp != act
-            if not diff.any():
-                continue
-            if (diff & ~written_mask(case, which)).any():
-                return None
-            rows = _Rows(case, which, expected, actual, before)
-            single = [s for s in rows.writers if len(rows.writers[s]) == 1]
-            if not single or any(len(rows.writers[s]) > 1 and diff[rows.index[s]].any() for s in rows.writers):
-                return None
-            e = torch.stack([rows.row(rows.exp, s) for s in single]).movedim(axis, 0)
-            a = torch.stack([rows.row(rows.act, s) for s in single]).movedim(axis, 0)
-            pi = _permutation(e, a)
+        for which, (e, a) in written.items():
+            pi = _permutation(e.movedim(axis, 0), a.movedim(axis, 0))
             if pi is None:
                 words = []
                 break
@@ -1644,6 +1678,30 @@ def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, t
         if words:
             return Effect(key, TITLES[key], "; ".join(words))
     return None
+
+
+def _rows_permuted(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> Effect | None:
+    """(token, head) rows permuted across the batch: every wrong written row holds the reference's bytes of a
+    (token, head) row of another token (a [H, T, D] result reshaped to [T, H, D], not transposed); read after the
+    permutations within a token and the whole tokens moved. Rows alike (saturated, or patterned values) may
+    match several: any of another token will do, as the bytes cannot tell them apart."""
+    written = None if _too_many_to_move(case) else _written_rows(case, expected, actual, before)
+    if not written:
+        return None
+    heads, words = case.num_heads, []
+    for which, (e, a) in written.items():
+        e2, a2 = e.flatten(0, 1).flatten(1), a.flatten(0, 1).flatten(1)
+        moves = []
+        for r in range(e2.shape[0]):
+            if torch.equal(a2[r], e2[r]):
+                continue
+            others = [j for j in (e2 == a2[r]).all(1).nonzero().flatten().tolist() if j // heads != r // heads]
+            if not others:
+                return None
+            moves.append(f"row {r} holds row {others[0]}")
+        words.append(f"{which}: {', '.join(moves[:4])}{f' (and {len(moves) - 4} more)' if len(moves) > 4 else ''}"
+                     f" (row r: the r // {heads}-th written slot, head r % {heads})")
+    return Effect("strides:rows-permuted", TITLES["strides:rows-permuted"], "; ".join(words))
 
 
 def _tokens_moved(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> Effect | None:
@@ -1808,8 +1866,8 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         return values
     if _unwritten(case, expected, actual, before):
         return [Effect("wrong-slot:unwritten", TITLES["wrong-slot:unwritten"], unwritten_where(case, expected, actual))]
-    for model in (_within_rows, _tokens_moved):  # after the value models: a permutation of few bytes can fit a
-        moved = model(case, expected, actual, before)  # value defect by chance
+    for model in (_within_rows, _tokens_moved, _rows_permuted):  # after the value models: a permutation of few
+        moved = model(case, expected, actual, before)  # bytes can fit a value defect by chance
         keys = [] if moved is None else [k for k in (moved.key, *moved.alternatives) if k not in exclude]
         if keys:
             return [moved if keys[0] == moved.key else Effect(keys[0], title_of(keys[0]), moved.detail,

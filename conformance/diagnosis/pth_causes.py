@@ -98,6 +98,12 @@ def _floor_on_zero(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tenso
     return torch.where(zero, head_scales(torch.zeros_like(x32), recipe), head_scales(x32, recipe, floor_on="none"))
 
 
+def _by_reciprocal(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule with amax / 448 computed as amax * (1/448), the reciprocal rounded to fp32 first (a
+    constant `1.0f / 448`, or fast-math turning the division by a constant into that multiply)."""
+    return head_scales(x32, recipe, by_reciprocal=True)
+
+
 def _in_dtype(dtype: torch.dtype) -> Scales:
     """The recipe's rule in `dtype`, as torch computes `amax / 448` and the floor's compare on a bf16/fp16 amax:
     each operation in fp32, rounded to the dtype; the scale widened after."""
@@ -140,6 +146,8 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
     ("per-token-head:no-floor", "has no floor: an all-zero head's scale is 0, and 0/0 is NaN", _floored("none")),
     ("per-token-head:floor-on-zero", "floors only an all-zero head's scale (a guard against 0/0): a nonzero head "
      "below the floor keeps its tiny scale", _floor_on_zero),
+    ("per-token-head:scale-by-reciprocal", "computes each head's scale as amax times a float32 1/448, not "
+     "amax / 448 (one float32 ulp off for about half of all amaxes)", _by_reciprocal),
     ("per-token-head:amax-signed", "takes each head's signed maximum, not its largest magnitude (the abs left out)",
      _signed_amax),
 )

@@ -291,6 +291,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
         for f in n.findings:
             groups.setdefault(f.key, []).append((n.nodeid, f))
     _merge_narrower(groups)
+    _merge_joint_triggers(groups)
     _merge_raises(groups)
     _merge_wrong_bound(groups)
     _merge_same_exception(groups)
@@ -438,6 +439,29 @@ def _merge_narrower(groups: Groups) -> None:
         if narrower:
             host = min(narrower, key=lambda k: len(trigger_set(k)))
             _move(groups, key, lambda _n, _f, host=host: (host, None))
+
+
+def _merge_joint_triggers(groups: Groups) -> None:
+    """One named effect under two triggers, neither inside the other, where every Case of each has the other's
+    whole trigger too (rows permuted across tokens where H > 1, and where T > 1): each ablation made the failure
+    vanish from its own minimal Case, so the cause needs both. One defect, under both triggers."""
+    from conformance.diagnosis.ablation import words
+    for key in sorted(groups):
+        if key not in groups or "@" not in key or same_effect(key).endswith("unexplained") or not trigger_set(key):
+            continue
+        others = [k for k in groups if k != key and "@" in k and same_effect(k) == same_effect(key) and trigger_set(k)
+                  and not (trigger_set(k) <= trigger_set(key) or trigger_set(key) <= trigger_set(k))
+                  and _holds_trigger(groups[key], k) and _holds_trigger(groups[k], key)]
+        if len(others) != 1:
+            continue
+        joint = sorted(trigger_set(key) | trigger_set(others[0]))
+        target = f"{same_effect(key)}@{'+'.join(joint)}"
+        groups.setdefault(target, [])
+        for k in (key, others[0]):
+            for _, f in groups[k]:
+                said = words(sorted(trigger_set(k)))
+                f.title = f.title.replace(said, words(joint)) if said in f.title else f.title
+            _move(groups, k, lambda _n, _f, target=target: (target, None))
 
 
 def _implied(narrow: frozenset[str], wide: frozenset[str]) -> bool:
