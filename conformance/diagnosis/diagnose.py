@@ -249,6 +249,15 @@ class Diagnoser:
         current = self._shrunk(case, lambda v: self.fails(v, symptom))
         return current, self._trigger(current, symptom)
 
+    def _vanishing(self, case: Case, failing: Callable[[Case], bool | None]) -> list[str]:
+        """The ablations whose every variant of the Case that runs passes (at least one runs)."""
+        trigger = []
+        for ablation in self._ablations():
+            ran = [r for r in map(failing, ablation.variants(case, self.plain)) if r is not None]
+            if ran and not any(ran):
+                trigger.append(ablation.name)
+        return trigger
+
     def _shrunk(self, case: Case, failing: Callable[[Case], bool | None]) -> Case:
         """The Case with each ablation's first variant that still fails taken in turn."""
         for ablation in self._ablations():
@@ -261,12 +270,7 @@ class Diagnoser:
     def _trigger(self, current: Case, symptom: str, also: frozenset[str] = frozenset()) -> list[str]:
         """The dimensions whose ablation of the Case makes the symptom (and each of `also`) vanish, H, D and T
         named by what the failure needs of them."""
-        trigger = []
-        for ablation in self._ablations():
-            results = [self.fails(v, symptom, also) for v in ablation.variants(current, self.plain)]
-            ran = [r for r in results if r is not None]
-            if ran and not any(ran):
-                trigger.append(ablation.name)
+        trigger = self._vanishing(current, lambda v: self.fails(v, symptom, also))
         if "many-tokens" in trigger and set(trigger) & MULTI_TOKEN_DIMENSIONS:
             trigger.remove("many-tokens")  # a consequence of the other trigger (slots of several tokens), not a cause
         implied = {d for t in trigger for d in IMPLIED.get(t, ())}
@@ -663,15 +667,16 @@ class Diagnoser:
             self._save(f)
         return kept
 
-    def _fits(self, key: str, case: Case, r: Replay) -> bool:
-        """Whether this effect accounts for every differing cache byte of the call."""
+    def _fits(self, key: str, value: bool, case: Case, r: Replay) -> bool:
+        """Whether this effect (a value effect's model, or a placement or moved one) accounts for every differing
+        cache byte of the call."""
         if not r.symptoms:
             return True
         found = explain(case, r.expected, r.actual, r.before, self._fresh(case), placement=False,
                         only=frozenset({key}))
         if found and all(key in (e.key, *e.alternatives) for e in found):
             return True
-        return _placed(Effect(key, "")) and explains(key, case, r.expected, r.actual, r.before, self._fresh(case))
+        return not value and explains(key, case, r.expected, r.actual, r.before, self._fresh(case))
 
     def _unexplained_by(self, keys: list[str], case: Case) -> bool | None:
         """Whether the Case writes wrong bytes that none of these value effects accounts for (None: it cannot
@@ -679,7 +684,7 @@ class Diagnoser:
         r = self.replay(case)
         if r is None or r.error:
             return None
-        return bool(r.symptoms) and not any(self._fits(k, case, r) for k in keys)
+        return bool(r.symptoms) and not any(self._fits(k, True, case, r) for k in keys)
 
     def _behind_values(self, case: Case, first: Replay, values: dict[str, Case]) -> tuple[set[str], Finding] | None:
         """A value defect of every call (subnormal quotients rounded twice, say) survives every ablation, so each
@@ -700,16 +705,12 @@ class Diagnoser:
         if len(found) != 1 or found[0].key.endswith(":unexplained") or found[0].key in keys:
             return None  # no one effect of its own: leave the failure to the value effects found
         effect = found[0]
-        trigger = []
-        for ablation in self._ablations():
-            ran = [x for x in (self._unexplained_by(keys, v) for v in ablation.variants(current, self.plain))
-                   if x is not None]
-            if ran and not any(ran):
-                trigger.append(ablation.name)
+        trigger = self._vanishing(current, lambda v: self._unexplained_by(keys, v))
         implied = {d for t in trigger for d in IMPLIED.get(t, ())}
         trigger = [t for t in trigger if t not in implied]
         replaced = {k for k, minimal in values.items()
-                    if (m := self.replay(minimal)) is not None and not m.error and self._fits(effect.key, minimal, m)}
+                    if (m := self.replay(minimal)) is not None and not m.error
+                    and self._fits(effect.key, effect.value, minimal, m)}
         return replaced, finding(effect, trigger, current, case.recipe)
 
     def _stray_trigger(self, case: Case, trigger: list[str]) -> list[str]:

@@ -1691,16 +1691,17 @@ def _rows_permuted(case: Case, expected: Built, actual: Built, before: dict[str,
     heads, words = case.num_heads, []
     for which, (e, a) in written.items():
         e2, a2 = e.flatten(0, 1).flatten(1), a.flatten(0, 1).flatten(1)
-        moves = []
+        pi = []
         for r in range(e2.shape[0]):
             if torch.equal(a2[r], e2[r]):
+                pi.append(r)
                 continue
             others = [j for j in (e2 == a2[r]).all(1).nonzero().flatten().tolist() if j // heads != r // heads]
             if not others:
                 return None
-            moves.append(f"row {r} holds row {others[0]}")
-        words.append(f"{which}: {', '.join(moves[:4])}{f' (and {len(moves) - 4} more)' if len(moves) > 4 else ''}"
-                     f" (row r: the r // {heads}-th written slot, head r % {heads})")
+            pi.append(others[0])
+        words.append(f"{which}: {_mapping_words(pi, 'row')} (row r: the r // {heads}-th written slot, head "
+                     f"r % {heads})")
     return Effect("strides:rows-permuted", TITLES["strides:rows-permuted"], "; ".join(words))
 
 

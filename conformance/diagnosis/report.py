@@ -445,7 +445,6 @@ def _merge_joint_triggers(groups: Groups) -> None:
     """One named effect under two triggers, neither inside the other, where every Case of each has the other's
     whole trigger too (rows permuted across tokens where H > 1, and where T > 1): each ablation made the failure
     vanish from its own minimal Case, so the cause needs both. One defect, under both triggers."""
-    from conformance.diagnosis.ablation import words
     for key in sorted(groups):
         if key not in groups or "@" not in key or same_effect(key).endswith("unexplained") or not trigger_set(key):
             continue
