@@ -1681,10 +1681,11 @@ def _within_rows(case: Case, expected: Built, actual: Built, before: dict[str, t
 
 
 def _rows_permuted(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor]) -> Effect | None:
-    """(token, head) rows permuted across the batch: every wrong written row holds the reference's bytes of a
-    (token, head) row of another token (a [H, T, D] result reshaped to [T, H, D], not transposed); read after the
-    permutations within a token and the whole tokens moved. Rows alike (saturated, or patterned values) may
-    match several: any of another token will do, as the bytes cannot tell them apart."""
+    """(token, head) rows permuted across the batch: every wrong written row holds the reference's bytes of
+    another (token, head) row, and some of another token (a [H, T, D] result reshaped to [T, H, D], not
+    transposed, also moves rows within a token); read after the permutations within a token and the whole tokens
+    moved. Rows alike (saturated, or patterned values) may match several: any will do, another token's first,
+    as the bytes cannot tell them apart."""
     written = None if _too_many_to_move(case) else _written_rows(case, expected, actual, before)
     if not written:
         return None
@@ -1696,10 +1697,12 @@ def _rows_permuted(case: Case, expected: Built, actual: Built, before: dict[str,
             if torch.equal(a2[r], e2[r]):
                 pi.append(r)
                 continue
-            others = [j for j in (e2 == a2[r]).all(1).nonzero().flatten().tolist() if j // heads != r // heads]
+            others = [j for j in (e2 == a2[r]).all(1).nonzero().flatten().tolist() if j != r]
             if not others:
                 return None
-            pi.append(others[0])
+            pi.append(next((j for j in others if j // heads != r // heads), others[0]))
+        if all(i // heads == j // heads for i, j in enumerate(pi)):
+            return None  # rows moved within tokens only: _within_rows's, where one permutation fits them
         words.append(f"{which}: {_mapping_words(pi, 'row')} (row r: the r // {heads}-th written slot, head "
                      f"r % {heads})")
     return Effect("strides:rows-permuted", TITLES["strides:rows-permuted"], "; ".join(words))
