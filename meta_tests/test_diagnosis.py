@@ -846,6 +846,19 @@ def test_one_effect_whose_cases_each_hold_the_others_trigger_is_one_defect_under
         assert (sorted(groups) == ["strides:rows-permuted@heads-above:1+many-tokens"]) == merged, groups
 
 
+def test_an_unexplained_diff_whose_trigger_implies_a_hosts_goes_under_that_host() -> None:
+    """A ties Case of two tokens and two heads shows a pair's two defects at once (rows permuted, subnormals
+    rounded twice) and reads as nothing explained, T = H: that holds more than one token, the rows' trigger
+    (held-out batch forty-three's pair had three keys for two causes)."""
+    from conformance.diagnosis.report import _attribute_unexplained
+    mixed = "wrong-bytes:unexplained@scale-value+special-values+tokens-equal-heads"
+    groups = _groups("off-by-one-ulp@any", "strides:rows-permuted@many-tokens", mixed)
+    _attribute_unexplained(groups)
+    assert sorted(groups) == ["off-by-one-ulp@any", "strides:rows-permuted@many-tokens"], groups
+    assert [f.facts.get("symptom_of") for _, f in groups["strides:rows-permuted@many-tokens"]][-1] == \
+        "strides:rows-permuted@many-tokens"
+
+
 def _vllm_clamped_at_448(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     """vLLM's convention, every quotient clamped to e4m3's ±448, e5m2 writes too (an e4m3-era FP8_MAX)."""
     fmt = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn

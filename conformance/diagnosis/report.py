@@ -22,6 +22,7 @@ from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, OUT_OF_MEMORY, Finding
 from conformance.diagnosis.diagnose import (
+    IMPLIED,
     VALUE_CLASSES,
     class_of,
     keyed_by_values,
@@ -883,9 +884,10 @@ def _attribute_unexplained_by_shape(groups: Groups, unexplained: list[str], host
     """With several named defects, an unexplained diff goes under the one host that shares the most of its shape
     dimensions (at least one, and no other host as many): a pair's two defects in one Case read as neither (a
     recipe of e5m2 caches alone beside a NaN sign of fp8 caches: an e5m2 fp8 cache at a tiny scale shows both).
-    Sharing none, or tied, it stays a defect of its own."""
+    Sharing none, or tied, it stays a defect of its own. A dimension shares those it implies (T = H holds more
+    than one token: a ties Case of two tokens and two heads, rows permuted and rounded wrong at once)."""
     for key in unexplained:
-        shape = _shape_dimensions(key)
+        shape = _shape_dimensions(key) | {d for t in _shape_dimensions(key) for d in IMPLIED.get(t, ())}
         shared = sorted(((len(shape & _shape_dimensions(h)), h) for h in hosts if h != key), reverse=True)
         if not shared or shared[0][0] == 0 or (len(shared) > 1 and shared[1][0] == shared[0][0]):
             continue
