@@ -4,7 +4,8 @@ whatever the captured buffers hold at replay time.
 Every capture warms up on a side stream first (so the Triton compile happens outside the capture),
 runs one more eager call under `torch.cuda.set_sync_debug_mode("error")` (a host sync or a pageable
 host-to-device copy raises), then captures under `torch.cuda.graph(..., capture_error_mode="global")`
-with every warning recorded: a capture that syncs, copies from the host or warns fails the case.
+with the garbage collector paused (conformance/capture.py says why) and every warning recorded: a capture
+that syncs, copies from the host or warns fails the case.
 Buffers are reset to their pristine bytes after the capture, so a replay that writes nothing (an
 empty graph) shows up as a byte difference, and is named as such.
 
@@ -33,6 +34,7 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from conformance.bytediff import compare_caches
+from conformance.capture import graph_capture
 from conformance.harness import describe_error, execute, fail, run_reference
 from conformance.impls import Implementation
 from conformance.impls import test_device as _test_device  # not collected as a test
@@ -101,7 +103,7 @@ def capture(impl: Implementation, calls: list[Callable[[], None]], cases: list[C
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with torch.cuda.graph(graph, stream=side, capture_error_mode="global"):
+            with graph_capture(graph, stream=side, capture_error_mode="global"):
                 for call in calls:
                     call()
         except Exception as exc:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import kernel
 from conformance.budgets import share
+from conformance.capture import graph_capture
 from conformance.harness import fail
 from conformance.impls import test_device as _test_device  # not collected as a test
 from conformance.pth_bytediff import bits as _bytes
@@ -270,7 +271,7 @@ def test_per_token_head_replays_from_a_cuda_graph(data, impl, device):
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+    with torch.cuda.stream(stream), graph_capture(graph, stream=stream):
         impl.convention.invoke_per_token_head(impl.fn, b.call(), impl.kwargs)
     torch.cuda.current_stream(device).wait_stream(stream)
     for name, buf in pristine.items():

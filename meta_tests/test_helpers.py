@@ -431,3 +431,28 @@ def test_the_reference_keeps_no_device_table_a_kernel_could_overwrite():
     before = encode_e4m3(y, get_recipe("single"))
     _magnitudes(cpu).fill_(-1.0)  # what a write past a cache could do to a cached table
     assert torch.equal(encode_e4m3(y, get_recipe("single")), before)
+
+
+def test_a_capture_pauses_the_garbage_collector_and_restores_its_state():
+    """conformance.capture.gc_paused: off inside (a collection during a capture can destroy an earlier graph,
+    pytorch#161037), back to its earlier state after, an exception included; an already paused collector stays
+    paused."""
+    import gc
+
+    from conformance.capture import gc_paused
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError), gc_paused():
+            raise RuntimeError("a failed capture")
+        assert gc.isenabled()
+        gc.disable()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -224,6 +224,8 @@ def graph_replay_us(fn: Callable[[int], None], sets: int, rep_ms: float) -> floa
     import torch
     import triton.testing
 
+    from conformance.capture import graph_capture
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -231,7 +233,7 @@ def graph_replay_us(fn: Callable[[int], None], sets: int, rep_ms: float) -> floa
             fn(i)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with graph_capture(graph):
         for i in range(CALLS_PER_GRAPH):
             fn(i % sets)
     ms = triton.testing.do_bench(graph.replay, warmup=5, rep=rep_ms, return_mode="median")
