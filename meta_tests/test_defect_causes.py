@@ -374,6 +374,10 @@ def _as_contiguous(s):
     return torch.as_strided(s, s.shape, (1,)) if s.numel() > 1 else s
 
 
+def _largest_head(s):
+    return s.max().reshape(1) if s.numel() > 1 else s
+
+
 def _tile_of_two(index):
     """One scale a tile of two heads, as a program holding two heads loads it: head h reads index(h)."""
     def read(s):
@@ -383,13 +387,15 @@ def _tile_of_two(index):
 
 @pytest.mark.parametrize(("read", "key", "step"), [(_first_head, "scale:per-head-first", 1),
                                                    (_heads_reversed, "scale:per-head-reversed", 1),
+                                                   (_largest_head, "scale:per-head-largest", 1),
                                                    (_as_contiguous, "scale:per-head-stride-ignored", 2),
                                                    (_tile_of_two(lambda h: h - h % 2), "scale:per-head-tile-first", 1),
                                                    (_tile_of_two(lambda h: h // 2), "scale:per-head-tile-index", 1)])
 def test_a_per_head_scale_read_wrong_is_named_by_how(read, key, step, tmp_path, monkeypatch):
-    """The twin passes (one scale a cache is read right); the [H] scale read as one head's, in reverse, as if
-    contiguous, or one scale a tile of heads (the tile's first, or the one at the tile's index) gives every
-    wrong byte of the reference with those scales: the cause, named."""
+    """The twin passes (one scale a cache is read right); the [H] scale read as one head's, reduced to its largest
+    (held-out batch 47's contiguous fast path), in reverse, as if contiguous, or one scale a tile of heads (the
+    tile's first, or the one at the tile's index) gives every wrong byte of the reference with those scales: the
+    cause, named."""
     monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
     impl = _per_head_impl(_misread(read))
     case = _PER_HEAD_CASE.replace(cache_loc=(1, 0))
@@ -404,6 +410,7 @@ def _table_of_four(s):
 
 
 @pytest.mark.parametrize(("read", "key"), [(_first_head, "scale:per-head-first"),
+                                           (_largest_head, "scale:per-head-largest"),
                                            (_table_of_four, "scale:per-head-table")])
 def test_scales_equal_but_for_one_head_tell_readings_apart_by_distinct_ones(read, key, tmp_path, monkeypatch):
     """A shrunk failure's [H] scales are equal but for the last head, where head 0's scale for every head and a

@@ -1,13 +1,13 @@
 """Which scale each head was written with: the cause of a per-head failure whose per-tensor twin passes.
 
 A per-head property's Case holds one scale a cache; its [H] scales travel in the failure's message
-(conformance/test_per_head.py, `per_tensor_twin`). Where the same call with per-tensor scales conforms, the
-defect is in how the [H] scale is read, and the real ways to read it wrong are few: one head's scale for every
-head, the heads in the other order, the tensor read as contiguous (a strided view's gaps), the scale held in
-the input dtype, the other cache's [H] scale, or one scale a tile of heads (the tile's first head's, or the
-one at the tile's index, as a program that loads `scale[pid_h]` reads it). Each is a reference call with
-other per-head scales; one that gives every byte of the wrong cache names the cause. Where none does, the [H]
-scales read right and the bytes encoded in another cache format (a per-head path that never reads the format it
+(conformance/test_per_head.py, `per_tensor_twin`). Where the same call with per-tensor scales conforms, the defect
+is in how the [H] scale is read, and the real ways to read it wrong are few: one head's scale for every head (the
+first, the largest or the smallest), the heads in the other order, the tensor read as contiguous (a strided view's
+gaps), the scale held in the input dtype, the other cache's [H] scale, or one scale a tile of heads (the tile's
+first head's, or the one at the tile's index, as a program that loads `scale[pid_h]` reads it). Each is a reference
+call with other per-head scales; one that gives every byte of the wrong cache names the cause. Where none does, the
+[H] scales read right and the bytes encoded in another cache format (a per-head path that never reads the format it
 is told), or computed by another recipe (a per-head path that multiplies by reciprocals where the one-scale path
 divides). None: nothing of these explains it.
 """
@@ -38,6 +38,16 @@ Reading = tuple[str, str, Callable[[Values, int, str, Values | None], Values | N
 
 def _first(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
     return (values[0],) * len(values)
+
+
+def _largest(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
+    """One scale for every head, the [H] scales reduced by their maximum (`scale.max()`: a path that takes one
+    scale a cache, handed the largest so that no head overflows)."""
+    return (max(values),) * len(values)
+
+
+def _smallest(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
+    return (min(values),) * len(values)
 
 
 def _reversed(values: Values, _step: int, _dtype: str, _other: Values | None) -> Values | None:
@@ -87,6 +97,8 @@ TABLES = (4, 8, 16, 32)
 
 READINGS: tuple[Reading, ...] = (
     ("scale:per-head-first", "scales every head by the first head's scale", _first),
+    ("scale:per-head-largest", "scales every head by the largest of the [H] scales", _largest),
+    ("scale:per-head-smallest", "scales every head by the smallest of the [H] scales", _smallest),
     ("scale:per-head-reversed", "scales head h by head H-1-h's scale", _reversed),
     ("scale:per-head-stride-ignored", "reads a strided [H] scale as if contiguous", _contiguous),
     ("scale:per-head-rounded", "holds the per-head scales in the input dtype", _input_dtype),
