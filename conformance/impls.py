@@ -23,6 +23,7 @@ import torch
 from hypothesis import strategies as st
 
 import kernel
+from conformance import interpreter_casts
 from conformance.conventions import KVFP8, Convention, detect
 from kernel.backend import hardware_cast_available, interpreted
 from strategies import cases
@@ -181,6 +182,7 @@ def from_spec(spec: str, kwargs: dict | None = None, convention: Convention | No
     if spec == FUSED_SPEC and set(kwargs) == {"encoder"} and kwargs["encoder"] in ENCODERS:
         return fused(kwargs["encoder"])
     fn = load_callable(spec)
+    interpreter_casts.install()  # a Triton kernel's own casts, on the CPU, as the GPU makes them
     convention = convention or detect(fn)
     if kwargs and convention is not KVFP8:
         raise ValueError(f"--impl {spec!r}: fixed keywords {sorted(kwargs)} are for the kvfp8 convention, "

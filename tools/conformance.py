@@ -37,7 +37,7 @@ from conformance.diagnosis import report as reporting
 from conformance.diagnosis.capabilities import ROWS, argument_rows
 from conformance.diagnosis.fresh import replayer
 from conformance.impls import FUSED_SPEC, _split, from_spec, test_device
-from kernel.backend import ENCODER_ENV, describe, resolve_encoder
+from kernel.backend import ENCODER_ENV, describe, interpreted, resolve_encoder
 from kernel.recipe import PTH_RECIPES
 from tools._cli import ENCODERS, RECIPE_NAMES, comma_list, out_dir, parser
 
@@ -194,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.encoder:
         base["env"][ENCODER_ENV] = args.encoder
     from conformance.artifacts import environment
-    env_info = {**environment(), "device": str(device), "backend": describe()}
+    backend = describe()
+    if not impl.is_ours and interpreted():  # conformance.impls.from_spec gave its Triton casts the GPU's rounding
+        backend += ("; its Triton casts to fp8 and bf16 as a GPU makes them (round to nearest even, satfinite; the "
+                    "interpreter's own do not: conformance/interpreter_casts.py)")
+    env_info = {**environment(), "device": str(device), "backend": backend}
     examples = (f"{args.probe_examples or ('6 on CUDA' if device.type == 'cuda' else 4)} a capability row; "
                 f"properties: {args.examples or 'the profile'}"
                 f"{' (bounded for an external implementation)' if not impl.is_ours else ''}; Hypothesis profile "
