@@ -1414,6 +1414,32 @@ def test_a_placement_defect_of_big_batches_does_not_hide_the_recipe() -> None:
     assert recipe == "single" and "one token a call" in note, note
 
 
+def _bf16_staged_nan_signed(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                            use_triton=True):
+    """SGLang's division of a copy (recipe unfused-tensor1 for a [1] scale), its quotient staged in bf16 whatever
+    the input's dtype, and torch's cast keeping a NaN's sign (held-out batch forty-seven's pair on its base)."""
+    for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        y = x.to(torch.bfloat16) if scale is None else torch.div(x, scale).to(torch.bfloat16)
+        q = y.float().clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+        q = torch.where(y.isnan(), torch.where(y.float().signbit(), 0xFF, 0x7F), q).to(torch.uint8)
+        rows = cache.view(torch.uint8).reshape(-1, q[0].numel())
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0]:
+                rows[slot] = q[t].reshape(-1)
+
+
+def test_a_nan_sign_every_recipe_misses_does_not_choose_the_recipe() -> None:
+    """A kernel that keeps NaN's sign misses every recipe on the plain dtype's NaN bytes, so no recipe matched bf16
+    and the fp16 bytes (double-rounded through bf16) decided: the nearest IEEE division was held, and its
+    report was off on every Case. NaN's sign aside (an encoding rule the properties key apart), bf16 picks the
+    recipe the kernel computes."""
+    from conformance.conventions import SGLANG
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
+    impl = Implementation("bf16-staged", _bf16_staged_nan_signed, {}, convention=SGLANG)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16", "float16"], full=False, convention=SGLANG), CPU)
+    assert recipe == "unfused-tensor1", note
+
+
 def _rounds_toward_zero(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                         use_triton=True, *, recipe="unfused", checked=False):
     """Recipe `single`, each nonzero byte one e4m3 step toward zero where the reference rounded away from it."""
@@ -2077,6 +2103,20 @@ def test_one_effect_under_two_scale_kinds_is_one_defect() -> None:
     _merge_scale_kinds(groups)
     assert sorted(groups) == ["raises:InterpreterError@scale-kind:float", "raises:TypeError@scale-kind:tensor0d",
                               "scale:ignored@scale-kind:float", "scale:ignored@scale-kind:tensor0d"]
+
+
+def test_one_effect_for_float16_and_for_float32_input_is_one_defect() -> None:
+    """A quotient staged in a bf16 buffer whatever the input dtype double-rounds fp16 and fp32 inputs alike; each
+    minimal Case names its own dtype (held-out batch forty-seven's pair). One effect, the rest of the trigger the
+    same, is one defect; another effect, or another trigger beside the dtype, stays apart."""
+    from conformance.diagnosis.report import _merge_input_dtypes
+    groups = _groups("double-rounding:bfloat16@input-float16", "double-rounding:bfloat16@input-float32",
+                     "double-rounding:float16@input-float32", "scale:ignored@input-float16",
+                     "scale:ignored@input-float32+strided-input")
+    _merge_input_dtypes(groups)
+    assert sorted(groups) == ["double-rounding:bfloat16@input-float16", "double-rounding:float16@input-float32",
+                              "scale:ignored@input-float16", "scale:ignored@input-float32+strided-input"]
+    assert len(groups["double-rounding:bfloat16@input-float16"]) == 2
 
 
 def _bf16(x: float) -> int:
@@ -3247,3 +3287,53 @@ def test_one_raise_under_padding_and_out_of_range_is_one_missing_bound() -> None
     apart = _groups("raises:ValueError@out-of-range", "raises:IndexError@padding")
     _merge_raises_outside_cache(apart)
     assert len(apart) == 2
+
+
+def _pow2_reciprocal(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                     recipe="divide", checked=False):
+    """Recipe divide, but a power-of-two scale multiplies by its reciprocal ("exact for powers of two"), with no
+    guard that the reciprocal is finite: at 2**-149 it is inf, and a zero input gives NaN (held-out batch 47)."""
+    for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        s = torch.tensor(1.0 if scale is None else float(scale), dtype=torch.float32)
+        y = x.float().reshape(x.shape[0], -1)
+        y = y * (1.0 / s) if torch.frexp(s).mantissa.abs() == 0.5 else y / s
+        q = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+        q = torch.where(y.isnan(), 0x7F, q).to(torch.uint8)
+        rows = cache.view(torch.uint8).reshape(-1, q.shape[1])
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0]:
+                rows[slot] = q[t]
+
+
+def test_zeros_made_nan_in_both_caches_are_a_value_defect_not_a_misread_tensor() -> None:
+    """Every input zero, every byte of both caches NaN: a tensor read from its storage's start (the poison around
+    it is NaN) fits those bytes by chance, then fails a larger call, and the value effect, found once a cache,
+    is the cause; re-drawn values that show it again are asked of the value models first (a sign rule's call
+    shows placement too, which would hide it)."""
+    zeros = tuple(Override(t, i, 0x8000 * (i % 2), "±0") for t in "kv" for i in range(64))
+    case = _case(recipe="divide", num_tokens=1, num_heads=1, head_dim=64, page_size=16, num_pages=1, cache_loc=(1,),
+                 k_scale=Scale("tensor1", 2.0**-149), v_scale=Scale("tensor1", 2.0**-149), overrides=zeros)
+    keys = {f.key for f in Diagnoser(_impl(_pow2_reciprocal, "divide"), CPU).diagnose(case)}
+    assert keys == {"encoding:nan-produced@any"}, keys
+
+
+def test_bytes_out_of_place_under_the_one_placement_defects_trigger_are_its_symptoms() -> None:
+    """Rows gathered with the inverse of a slot sort: tokens moved where the slots are unsorted, and with padding
+    or out-of-range slots (sorted as the kernel counts them) bytes no model places. Under the run's one named
+    placement defect, a diff whose every Case holds its trigger is its symptom; a sorted Case of valid slots, or a
+    second placement defect, keeps it apart (held-out batch forty-seven's pair)."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_misplaced
+
+    def group(key: str, *locs: tuple[int, ...]) -> list:
+        return [(str(i), Finding(class_of(key), key, "?", facts={"minimal": _case(
+            num_tokens=len(loc), cache_loc=loc, num_pages=4, page_size=16).to_dict()})) for i, loc in enumerate(locs)]
+    host = "wrong-slot:tokens-moved@slots-unsorted"
+    pad, many = "wrong-slot:unexplained@padding", "wrong-slot:unexplained@many-tokens"
+    groups = {host: group(host, (5, 1)), pad: group(pad, (16, -1, -1), (16, 32, 96)), many: group(many, (0, 1, 2))}
+    _attribute_misplaced(groups)
+    assert sorted(groups) == [host, many], sorted(groups)
+    second = "strides:cache-ignored@strided-cache"
+    groups = {host: group(host, (5, 1)), second: group(second, (0, 1)), pad: group(pad, (16, -1, -1))}
+    _attribute_misplaced(groups)
+    assert pad in groups

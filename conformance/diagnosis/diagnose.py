@@ -375,7 +375,7 @@ class Diagnoser:
         effects = [self._told_apart(case, e) if e.alternatives else e for e in effects]
         effects = [self._bound_confirmed(case, e, symptom, r) if e.key == "out-of-range:wrong-bound" else e
                    for e in effects]
-        effects = [self._placement_confirmed(case, e, r) if _placed(e) else e for e in effects]
+        effects = [x for e in effects for x in (self._placement_confirmed(case, e, r) if _placed(e) else [e])]
         return [self._corroborated(case, e, symptom, r) for e in effects]
 
     def _bound_confirmed(self, case: Case, effect: Effect, symptom: str, replay: Replay) -> Effect:
@@ -455,18 +455,19 @@ class Diagnoser:
                       {SLOTS_UNSORTED.name})
 
     def _placement_confirmed(self, case: Case, effect: Effect, replay: Replay,
-                             exclude: frozenset[str] = frozenset()) -> Effect:
+                             exclude: frozenset[str] = frozenset()) -> list[Effect]:
         """A placement model read off a minimal Case of one or two tokens may fit it by chance: padding that
         drops every later token reads as an int64 cache_loc's int32 words when the second word of -1 is -1
         again. So the Case is replayed with two more tokens (each on a page of its own), after its tokens and
         before them (a kernel that sorts the slots, not the rows, wrote (0, -1) as padding to slot 0), and
         without its NaNs and infinities; where such a call is wrong too, the effect or an alternative must explain
-        it, or the minimal Case is explained again without the refuted ones."""
+        it, or the minimal Case is explained again without the refuted ones (by value effects, one a cache, where
+        no other placement model fits: zeros made NaN in both caches fit a tensor read from its storage's start)."""
         keys = [effect.key, *effect.alternatives]
         if self.device.type == "cuda" and effect.key.startswith(("padding:", "out-of-range:")):
             # Such a model sends tokens to a slot a real token writes too, and on a GPU which of them lands is
             # undefined: a larger call can land the other way (seen on the H200 for padding at slot 0).
-            return effect
+            return [effect]
         variants = [resized(case, "tokens", case.num_tokens + 2, from_end=before) for before in (False, True)]
         if effect.key == "overrun:tile":  # and at twice D: a tile's lanes bounded by D fit a head left unwritten
             variants.append(resized(case, "dim", 2 * case.head_dim))  # where D is 2 by chance
@@ -495,18 +496,19 @@ class Diagnoser:
                 continue
             keys = [k for k in keys if explains(k, variant, r.expected, r.actual, r.before, self._fresh(variant))]
         if keys == [effect.key, *effect.alternatives]:
-            return effect
+            return [effect]
         if keys:
             detail = effect.detail if keys[0] == effect.key else ""
-            return Effect(keys[0], title_of(keys[0], case.recipe), detail, effect.value, keys[1:])
+            return [Effect(keys[0], title_of(keys[0], case.recipe), detail, effect.value, keys[1:])]
         refuted = exclude | {effect.key, *effect.alternatives}
         rest = explain(case, replay.expected, replay.actual, replay.before, self._fresh(case), exclude=refuted)
         if len(rest) == 1 and _placed(rest[0]) and len(refuted) < 8:  # the next model, held to the same calls
             return self._placement_confirmed(case, rest[0], replay, refuted)
-        return rest[0] if len(rest) == 1 and not _placed(rest[0]) else Effect(
-            "wrong-slot:unexplained", TITLES["wrong-slot:unexplained"],
-            f"{summary(replay.expected, replay.actual)}; {effect.title} fit these bytes, not those of the same call "
-            "with more tokens, other values or other scales")
+        if rest and not any(_placed(e) or e.key.endswith("unexplained") for e in rest):
+            return rest
+        return [Effect("wrong-slot:unexplained", TITLES["wrong-slot:unexplained"],
+                       f"{summary(replay.expected, replay.actual)}; {effect.title} fit these bytes, not those of the "
+                       "same call with more tokens, other values or other scales")]
 
     def _fresh(self, case: Case) -> Callable[[], Built]:
         """The Case's tensors, new for each call: built once, then copied (a model check builds one per model,
@@ -578,10 +580,15 @@ class Diagnoser:
             else:
                 again: set[str] = set()
                 # The value models alone: the question is whether this one fits again, and the placement models
-                # (dozens of reference calls, each on new tensors) answer another (a sign rule's call shows both)
-                for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant), placement=sign_rule,
-                                 only=frozenset(keys)):
-                    again |= {e.key, *e.alternatives}
+                # (dozens of reference calls, each on new tensors) answer another. A sign rule's call shows both, so
+                # they are asked too, but only where the value models alone do not fit: zeros made NaN in both
+                # caches also fit a tensor read from its storage's start, which would hide the rule.
+                for placement in (False, True) if sign_rule else (False,):
+                    for e in explain(variant, r.expected, r.actual, r.before, self._fresh(variant),
+                                     placement=placement, only=frozenset(keys)):
+                        again |= {e.key, *e.alternatives}
+                    if again & set(keys):
+                        break
                 keys = [key for key in keys if key in again]
             if not keys:
                 return Effect("wrong-bytes:unexplained", TITLES["wrong-bytes:unexplained"],

@@ -78,7 +78,7 @@ class Result:
 
     def closest(self) -> str:
         """The recipe it computes up to one deviation: first one that every plain-dtype point (bf16, the
-        plain call's) matches, then one whose differing bytes a single class explains (flush to zero,
+        plain call's) matches, NaN's sign aside, then one whose differing bytes a single class explains (flush to zero,
         round toward zero, ties away from zero, within two fp32 ulps, double rounding), then the most points
         matched, then the fewest rounding steps (no intermediate rounding, no rounded scale), then the fewest differing
         bytes. A kernel that double-rounds fp16 only is held to what it computes for bf16;
@@ -86,15 +86,23 @@ class Result:
         plain = [p for p in self.actual if p.dtype == "bfloat16"]
 
         def rank(recipe: str) -> tuple:
-            bad = self.diffs[recipe]
+            bad = {p: self.finite_diffs(recipe, p) for p in self.actual}
             plain_ok = bool(plain) and all(not bad[p].numel() for p in plain)
             points = sum(not bad[p].numel() for p in self.actual)
             fitting = _fitting_classes(self, recipe)
             # an exact rule first; "within two fp32 ulps" also fits a double rounding near e4m3 ties
             exact = any(c != APPROXIMATE for c in fitting)
             steps = RECIPES[recipe].intermediate == "input", RECIPES[recipe].scale_dtype == "input"
-            return (not plain_ok, not exact, not fitting, -points, sum(steps), self.count(recipe))
+            return (not plain_ok, not exact, not fitting, -points, sum(steps), sum(b.numel() for b in bad.values()))
         return min(self.diffs, key=rank)
+
+    def finite_diffs(self, recipe: str, point: Point) -> torch.Tensor:
+        """The bytes of a point that differ from `recipe`, less those where both are NaN bytes (a NaN's sign is
+        an encoding rule, which the properties key on their own: a kernel that keeps it still computes a recipe,
+        and every recipe misses it alike)."""
+        bad = self.diffs[recipe][point]
+        e, a = self.expected[recipe][point][bad], self.actual[point][bad]
+        return bad[((e & 0x7F) != 0x7F) | ((a & 0x7F) != 0x7F)]
 
     @property
     def swept_bytes(self) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cachemap import CACHES
-from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, words
+from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, SLOTS_UNSORTED, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, OUT_OF_MEMORY, Finding
 from conformance.diagnosis.diagnose import (
@@ -307,6 +307,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_storage_raise(groups)
     _attribute_unrepeatable(groups)
     _merge_scale_kinds(groups)
+    _merge_input_dtypes(groups)
     _merge_stride_source(groups)
     _attribute_row_findings(groups, nodes)
     _attribute_crashes(groups)
@@ -321,6 +322,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_unwritten_into_moved(groups)
     _merge_encoding(groups)
     _merge_value_trigger(groups)
+    _attribute_misplaced(groups)
     _attribute_unexplained(groups)
     _attribute_to_the_one_defect(groups)
     if fresh is not None:
@@ -840,6 +842,36 @@ def _exhaustive_only(pairs: list[tuple[str, Finding]]) -> bool:
     return all("test_exhaustive" in nodeid or "_all_patterns" in nodeid for nodeid, _ in pairs)
 
 
+#: Classes of the defects that put bytes in the wrong places.
+PLACING = ("wrong-slot", "strides", "padding", "out-of-range", "kv-mixed", "overrun")
+
+
+def _attribute_misplaced(groups: Groups) -> None:
+    """Bytes in the wrong places that no model explains (`wrong-slot:unexplained`, or a slot that several tokens
+    name holding a byte none of them writes), where every Case of them has the whole trigger of the run's one
+    named placement defect, are that defect's symptoms: rows gathered with the inverse of a slot sort move tokens
+    where the slots are unsorted, and what padding, out-of-range or duplicate slots add to that fits no model of
+    its own (held-out batch forty-seven's pair). A second placement defect, or a Case without the trigger, keeps
+    them apart."""
+    hosts = [k for k in groups if class_of(k) in PLACING and trigger_set(k) and not _symptom_only(k)
+             and k != "wrong-slot:shared"]
+    if len(hosts) != 1:
+        return
+    host = hosts[0]
+
+    def holds(f: Finding) -> bool:
+        case = _case_of(f)
+        if case is None:
+            return False
+        # Where a padding or out-of-range slot goes in a kernel's sort is the kernel's choice (slot 0, the end):
+        # such a Case may be unsorted to it, whatever the order of its raw slots.
+        invalid = any(s < 0 or s >= case.num_slots for s in case.cache_loc)
+        return all(_present(d, case) or (d == SLOTS_UNSORTED.name and invalid) for d in trigger_set(host))
+    for key in [k for k in groups if k.split("@", 1)[0] in ("wrong-slot:unexplained", "wrong-slot:shared")]:
+        if all(holds(f) for _, f in groups[key]):
+            _move(groups, key, lambda _n, _f: (host, " (bytes out of place under its trigger)"))
+
+
 def _attribute_unexplained(groups: Groups) -> None:
     """What no model explains names no cause of its own: where the run has at most one defect outside the
     argument contract that a model names (raises, crashes and changed inputs are not counted: they say nothing
@@ -1132,6 +1164,30 @@ def _merge_scale_kinds(groups: Groups) -> None:
         why = " (another scale kind, the same exception)" if class_of(host) == "raises" else None
         for key in rest:
             _move(groups, key, lambda _n, _f, host=host, why=why: (host, why))
+
+
+#: The input dtypes past bf16, the plain call's, as the ablations name them.
+WIDER_INPUTS = frozenset({"input-float16", "input-float32"})
+
+
+def _merge_input_dtypes(groups: Groups) -> None:
+    """One named effect for float16 input and for float32 input, the rest of the trigger the same, is one defect:
+    a path every input but bf16 takes (a quotient staged in a bf16 buffer whatever the input's dtype), which each
+    minimal Case names by its own dtype when the ablation moves it back to bf16."""
+    by_effect: dict[tuple[str, frozenset[str]], list[str]] = {}
+    for key in groups:
+        dims = trigger_set(key)
+        dtype = dims & WIDER_INPUTS
+        if len(dtype) == 1 and class_of(key) != "validation" and not same_effect(key).endswith("unexplained"):
+            by_effect.setdefault((same_effect(key), dims - dtype), []).append(key)
+    for keys in by_effect.values():
+        if len(keys) < 2:
+            continue
+        host, *rest = sorted(keys)
+        for _, f in groups[host]:
+            f.title = f.title.replace("only for float16 input", "only for float16 or float32 input")
+        for key in rest:
+            _move(groups, key, lambda _n, _f, host=host: (host, " (the other input dtype past bf16)"))
 
 
 #: The layouts whose difference shows a cache addressed with its input's stride, one at a time.
