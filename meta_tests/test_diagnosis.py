@@ -3337,3 +3337,27 @@ def test_bytes_out_of_place_under_the_one_placement_defects_trigger_are_its_symp
     groups = {host: group(host, (5, 1)), second: group(second, (0, 1)), pad: group(pad, (16, -1, -1))}
     _attribute_misplaced(groups)
     assert pad in groups
+
+
+def test_bounds_on_h_on_d_and_a_wider_input_that_one_row_size_parts_are_one_defect() -> None:
+    """A grid that counts a row's tiles with the cache's element size and fills them with the input's leaves the
+    row's tail unwritten past 512 bytes: under H above 4 (D = 64, bf16), D above 8 (H = 32) and float32 input
+    (H = 4, D = 64) alike (held-out batch forty-seven). One row size parts every passing bound from every failing
+    Case: one defect. A head tile past 4 heads of 8 dims and a dim chunk past 8 dims of one head have no such
+    size, and stay two."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_row_bytes
+
+    def group(key: str, h: int, d: int, dtype: str = "bfloat16") -> list:
+        case = _case(num_heads=h, head_dim=d, input_dtype=dtype)
+        return [("t", Finding(class_of(key), key, f"leaves slots unwritten, {key}", facts={"minimal": case.to_dict()}))]
+    e = "wrong-slot:unwritten"
+    groups = {f"{e}@heads-above:4": group(f"{e}@heads-above:4", 5, 64), f"{e}@dim-above:8": group(
+        f"{e}@dim-above:8", 32, 32), f"{e}@input-float32": group(f"{e}@input-float32", 4, 64, "float32")}
+    _merge_row_bytes(groups)
+    assert sorted(groups) == [f"{e}@row-bytes-above:512"], sorted(groups)
+    assert len(groups[f"{e}@row-bytes-above:512"]) == 3
+    apart = {f"{e}@heads-above:4": group(f"{e}@heads-above:4", 5, 8), f"{e}@dim-above:8": group(
+        f"{e}@dim-above:8", 1, 9)}
+    _merge_row_bytes(apart)
+    assert sorted(apart) == [f"{e}@dim-above:8", f"{e}@heads-above:4"], sorted(apart)

@@ -544,9 +544,19 @@ def probed_rule(case: Case, attr: str, fails_at: Callable[[int], bool]) -> SizeR
     return rule if rule is not None and rule.holds(case) else None
 
 
+#: A bound on a token's row in bytes (H x D x the input's element size), which the report reads off bounds on H,
+#: on D and a wider input dtype that one row size parts (conformance/diagnosis/report.py, _merge_row_bytes).
+ROW_BYTES = "row-bytes-above:"
+
+
+def row_bytes_words(bound: int) -> str:
+    return f"only when a token's row of H x D inputs is above {bound} bytes"
+
+
 def words(trigger: list[str]) -> str:
     """The trigger in words: 'only for a uint8 cache and only ...', or 'on the plain call'."""
     if not trigger:
         return "on the plain call"
-    return "; ".join(BY_NAME[t].words if t in BY_NAME else SIZE_RULES[t].words if t in SIZE_RULES else t
+    return "; ".join(BY_NAME[t].words if t in BY_NAME else SIZE_RULES[t].words if t in SIZE_RULES
+                     else row_bytes_words(int(t[len(ROW_BYTES):])) if t.startswith(ROW_BYTES) else t
                      for t in trigger)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cachemap import CACHES
-from conformance.diagnosis.ablation import BY_NAME, SIZE_RULES, SLOTS_UNSORTED, words
+from conformance.diagnosis.ablation import BY_NAME, ROW_BYTES, SIZE_RULES, SLOTS_UNSORTED, row_bytes_words, words
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, OUT_OF_MEMORY, Finding
 from conformance.diagnosis.diagnose import (
@@ -307,6 +307,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_storage_raise(groups)
     _attribute_unrepeatable(groups)
     _merge_scale_kinds(groups)
+    _merge_row_bytes(groups)
     _merge_input_dtypes(groups)
     _merge_stride_source(groups)
     _attribute_row_findings(groups, nodes)
@@ -1168,6 +1169,58 @@ def _merge_scale_kinds(groups: Groups) -> None:
 
 #: The input dtypes past bf16, the plain call's, as the ablations name them.
 WIDER_INPUTS = frozenset({"input-float16", "input-float32"})
+
+
+INPUT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _row_bytes(dim: str, case: Case) -> tuple[int, int] | None:
+    """(the bytes of the largest token row, H x D inputs, that the trigger dimension says passes; the Case's own
+    row bytes), or None for a dimension of no row size."""
+    size = INPUT_BYTES.get(case.input_dtype)
+    if size is None:
+        return None
+    if dim.startswith("heads-above:"):
+        passing = int(dim.split(":")[1]) * case.head_dim * size
+    elif dim.startswith("dim-above:"):
+        passing = case.num_heads * int(dim.split(":")[1]) * size
+    elif dim in WIDER_INPUTS:
+        passing = case.num_heads * case.head_dim * INPUT_BYTES["bfloat16"]
+    else:
+        return None
+    return passing, case.num_heads * case.head_dim * size
+
+
+def _merge_row_bytes(groups: Groups) -> None:
+    """One named effect under a bound on H, a bound on D and a wider input dtype, each alone, is one defect where
+    one size of a token's row in bytes (H x D x the input's element size) parts every Case the triggers say
+    passes from every Case that failed: a grid that counts a row's tiles with one element size and fills them
+    with another leaves the row's tail unwritten past a number of bytes (held-out batch forty-seven). Keyed
+    `E@row-bytes-above:N`; where no one size parts them (a head tile and a dim chunk of their own), they stay
+    apart."""
+    by_effect: dict[str, list[str]] = {}
+    for key in groups:
+        dims = trigger_set(key)
+        if len(dims) == 1 and not same_effect(key).endswith("unexplained") and class_of(key) != "validation":
+            dim = next(iter(dims))
+            if dim.startswith(TILE_BOUNDS) or dim in WIDER_INPUTS:
+                by_effect.setdefault(same_effect(key), []).append(key)
+    for effect, keys in by_effect.items():
+        if len(keys) < 2 or not any(next(iter(trigger_set(k))).startswith(TILE_BOUNDS) for k in keys):
+            continue
+        sizes = [_row_bytes(next(iter(trigger_set(k))), c) if c is not None else None
+                 for k in keys for c in (_case_of(f) for _, f in groups[k])]
+        if not sizes or None in sizes:
+            continue
+        bound = max(p for p, _ in sizes)
+        if bound >= min(f for _, f in sizes):
+            continue
+        host = f"{effect}@{ROW_BYTES}{bound}"
+        groups.setdefault(host, [])
+        for key in keys:
+            for _, f in groups[key]:  # "<effect>, <trigger in words>": the words of the one trigger now
+                f.title = f"{f.title.split(', only ', 1)[0]}, {row_bytes_words(bound)}"
+            _move(groups, key, lambda _n, _f, host=host: (host, None))
 
 
 def _merge_input_dtypes(groups: Groups) -> None:
