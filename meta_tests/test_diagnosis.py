@@ -3361,3 +3361,28 @@ def test_bounds_on_h_on_d_and_a_wider_input_that_one_row_size_parts_are_one_defe
         f"{e}@dim-above:8", 1, 9)}
     _merge_row_bytes(apart)
     assert sorted(apart) == [f"{e}@dim-above:8", f"{e}@heads-above:4"], sorted(apart)
+
+
+def _head_stride_as_dim_3d(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                           use_triton=True, *, recipe="single", checked=False):
+    """Recipe single; a 3-D cache's strides indexed as a 4-D one's, so its heads are addressed with its dim stride
+    (held-out batch forty-seven; ROCm/aiter#4531's class): heads overlap within a slot, later ones winning."""
+    if k_cache.dim() != 3:
+        _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+        return
+    caches = [torch.zeros_like(c) for c in (k_cache, v_cache)]
+    _reference(k, v, *caches, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for right, cache in zip(caches, (k_cache, v_cache)):
+        flat = cache.view(torch.uint8).as_strided((cache.untyped_storage().nbytes(),), (1,), 0)
+        s0, _, s2 = cache.stride()
+        for slot in cache_loc.tolist():
+            if 0 <= slot < cache.shape[0]:
+                for h in range(cache.shape[1]):
+                    for d in range(cache.shape[2]):
+                        flat[cache.storage_offset() + slot * s0 + (h + d) * s2] = right.view(torch.uint8)[slot, h, d]
+
+
+def test_a_3d_caches_heads_addressed_with_its_dim_stride_are_named() -> None:
+    keys = {f.key for f in Diagnoser(_impl(_head_stride_as_dim_3d, "single"), CPU).diagnose(
+        _case(recipe="single", cache_rank=3, page_size=1, num_pages=12, num_heads=2, head_dim=4))}
+    assert keys == {"strides:cache-axis-stride@cache-3d"}, keys

@@ -128,6 +128,8 @@ TITLES = {
                                  "the tensor's own (its other strides honoured)",
     "strides:cache-from-input": "addresses a cache with its input's head or dim stride (the input's stride "
                                 "passed where the cache's goes)",
+    "strides:cache-axis-stride": "addresses a cache's heads with its dim stride, or its dims with its head stride "
+                                 "(one of its own strides read at another axis)",
     "strides:cache-inner-stride": "addresses a cache's heads, dims or slots within a page with a stride computed "
                                   "from its shape, not the tensor's own (its other strides honoured)",
     "overrun:tile": "writes each token as a tile of the next power of two heads and dims, lanes past H or D not "
@@ -383,6 +385,63 @@ def _cache_inner_stride(names: tuple[str, ...], axis: int) -> Callable[[Built], 
         own[axis] = _contiguous_strides(t.shape)[axis]
         return tuple(own)
     return _caches_misread(names, strides)
+
+
+def _cache_axis_stride(names: tuple[str, ...], axis: int, source: int) -> Callable[[Built], dict | None]:
+    """Caches addressed with one of their own strides at another axis: the head stride read where the dim
+    stride is (a 3-D cache's strides indexed as a 4-D one's, `stride(2)` for its heads: ROCm/aiter#4531), or
+    the dim stride where the head stride is. A token's heads then overlap, and which of its writes to one byte
+    lands is the kernel's order: any of them may (`check`)."""
+    def strides(t: torch.Tensor, _input: torch.Tensor) -> tuple[int, ...] | None:
+        own = list(t.stride())
+        if own[axis] == own[source]:
+            return None
+        own[axis] = own[source]
+        return tuple(own)
+    model = _caches_misread(names, strides)
+    model.check = _any_writer(names, strides)
+    return model
+
+
+def _any_writer(names: tuple[str, ...], strides_of: Callable[[torch.Tensor, torch.Tensor], tuple[int, ...] | None]
+                ) -> Callable[[Built, Callable[[], Built]], bool]:
+    """Whether the implementation's bytes are the reference's moved to the misread strides, each byte that
+    several of a call's writes reach holding one of theirs, every other byte its old one (the named caches), or
+    the reference's (the others). Distinct slots only: which token lands on a shared slot is another question."""
+    def check(actual: Built, fresh: Callable[[], Built]) -> bool:
+        case = actual.case
+        slots = [s for s in case.cache_loc if 0 <= s < case.num_slots]
+        if len(set(slots)) != len(slots):
+            return False
+        expected, before = _modelled(lambda c: c.call(), fresh), fresh()
+        if expected is None:
+            return False
+        for name in CACHES:
+            a, e = actual.buffers[name].cpu(), expected.buffers[name].cpu()
+            if name not in names:
+                if not torch.equal(a, e):
+                    return False
+                continue
+            t = getattr(before, name)
+            misread = strides_of(t, getattr(before, name.split("_")[0]))
+            if misread is None:
+                return False
+            flat = torch.arange(a.numel(), dtype=torch.int64)
+            rows = t.shape[0] * (t.shape[1] if t.dim() == 4 else 1)
+            try:
+                to = flat.as_strided(t.shape, misread, t.storage_offset()).reshape(rows, *t.shape[-2:])[slots]
+            except RuntimeError:  # the misread strides reach past the buffer
+                return False
+            source = byte_index(case, name).flatten(0, 1)[slots]
+            values, to = e[source.flatten()], to.flatten()
+            hits = torch.zeros(a.numel(), dtype=torch.int64).index_add_(0, to, (a[to] == values).long())
+            reached = torch.zeros(a.numel(), dtype=torch.bool)
+            reached[to] = True
+            if not bool((hits[reached] > 0).all()) or not torch.equal(a[~reached],
+                                                                    before.buffers[name].cpu()[~reached]):
+                return False
+        return True
+    return check
 
 
 def _cache_from_input(names: tuple[str, ...], axis: int) -> Callable[[Built], dict | None]:
@@ -756,6 +815,11 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
                          (1, "the in-page slot stride as H x D"))
       for who, names in (("both caches", ("k_cache", "v_cache")), ("k_cache", ("k_cache",)),
                          ("v_cache", ("v_cache",)))),
+    *(("strides:cache-axis-stride", f"{what}, {who}", _cache_axis_stride(names, axis, source))
+      for axis, source, what in ((-2, -1, "the head stride read as the dim stride"),
+                                 (-1, -2, "the dim stride read as the head stride"))
+      for who, names in (("both caches", ("k_cache", "v_cache")), ("k_cache", ("k_cache",)),
+                         ("v_cache", ("v_cache",)))),
     *(("strides:cache-from-input", f"{what}, {who}", _cache_from_input(names, axis))
       for axis, what in ((-2, "the head stride"), (-1, "the dim stride"))
       for who, names in (("both caches", ("k_cache", "v_cache")), ("k_cache", ("k_cache",)),
@@ -812,10 +876,16 @@ def _modelled(model: Callable[[Built], dict | None], fresh: Callable[[], Built])
     return built
 
 
-def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Callable[[], Built]) -> bool:
-    """Whether the reference under this misread call gives the implementation's bytes over both caches."""
-    built = _modelled(model, fresh)
-    return built is not None and (_same_caches(built, actual) or _any_winner(model, actual, fresh))
+def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Callable[[], Built],
+                built: Built | None = None) -> bool:
+    """Whether the reference under this misread call gives the implementation's bytes over both caches (`built`:
+    that call, made already)."""
+    built = built if built is not None else _modelled(model, fresh)
+    if built is None:
+        return False
+    check = getattr(model, "check", None)
+    return _same_caches(built, actual) or _any_winner(model, actual, fresh) or (check is not None
+                                                                                 and check(actual, fresh))
 
 
 def _same_caches(a: Built, b: Built) -> bool:
@@ -884,7 +954,7 @@ def explains(key: str, case: Case, expected: Built, actual: Built, before: dict[
         builds = []  # each model's call made once, read whole and then head by head
         for model in models:
             built = _modelled(model, fresh)
-            if built is not None and (_same_caches(built, actual) or _any_winner(model, actual, fresh)):
+            if built is not None and _reproduces(model, actual, fresh, built):
                 return True
             builds += [built] if built is not None else []
         return any(_heads_split(case, expected, actual, b) is not None for b in builds)
