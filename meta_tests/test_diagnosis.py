@@ -3386,3 +3386,15 @@ def test_a_3d_caches_heads_addressed_with_its_dim_stride_are_named() -> None:
     keys = {f.key for f in Diagnoser(_impl(_head_stride_as_dim_3d, "single"), CPU).diagnose(
         _case(recipe="single", cache_rank=3, page_size=1, num_pages=12, num_heads=2, head_dim=4))}
     assert keys == {"strides:cache-axis-stride@cache-3d"}, keys
+
+
+def test_a_quotient_staged_in_bf16_for_an_fp16_input_is_double_rounding_through_bf16() -> None:
+    """SGLang's recipe rounds the quotient to the input's dtype; staged in bf16 for an fp16 input it is rounded to
+    bf16 instead, not after an fp16 rounding: the model rounds in its place (held-out batch forty-seven's pair read
+    as off-by-one-ulp for fp16 input and double rounding for fp32, two defects)."""
+    from conformance.conventions import SGLANG
+    impl = Implementation("bf16-staged", _bf16_staged_nan_signed, {}, convention=SGLANG, recipe="unfused-tensor1")
+    case = _case(recipe="unfused-tensor1", input_dtype="float16", num_tokens=4, cache_loc=(5, 0, 9, 2),
+                 head_dim=32, k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7))
+    keys = {f.key for f in Diagnoser(impl, CPU).diagnose(case)}
+    assert keys == {"double-rounding:bfloat16@input-float16"}, keys

@@ -1093,13 +1093,22 @@ def _subnormal_grid(rows: _Rows, held: str, emin: int) -> torch.Tensor:
     return encode_fp8(torch.where(y.abs() < 2.0**emin, coarse, y), get_recipe(held), fmt).cpu()
 
 
-def _through(rows: _Rows, held: str, dtype: torch.dtype) -> torch.Tensor:
+def _through(rows: _Rows, held: str, dtype: torch.dtype, instead: bool = False) -> torch.Tensor | None:
     """The held recipe's fp32 value rounded (RNE) to a 16-bit float before the cast: two roundings, where a
     value within half a 16-bit ulp of a midpoint of the cache's grid lands on it and goes to even (an encoder
-    that converts through `__half`, or a quotient stored as bf16/fp16 first)."""
-    y = _pre_cast(rows, held)
+    that converts through `__half`, or a quotient stored as bf16/fp16 first). `instead`: for a recipe that rounds
+    the quotient to the input's dtype, rounded to this dtype in its place (a quotient staged in a bf16 buffer
+    whatever the input's dtype); None for any other recipe."""
+    recipe = get_recipe(held)
+    if instead and recipe.intermediate != "input":
+        return None
+    if instead:
+        value = _scale_value(rows.scale)
+        y = scaled(rows.x, ScaleArg("float", value, None), dataclasses.replace(recipe, intermediate="none")).cpu()
+    else:
+        y = _pre_cast(rows, held)
     fmt = CACHE_FORMATS[rows.case.cache_format]
-    return encode_fp8(torch.where(y.isnan(), y, y.to(dtype).to(torch.float32)), get_recipe(held), fmt).cpu()
+    return encode_fp8(torch.where(y.isnan(), y, y.to(dtype).to(torch.float32)), recipe, fmt).cpu()
 
 
 def _added_to_old(rows: _Rows, held: str) -> torch.Tensor:
@@ -1477,6 +1486,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "scale:exponent-off-by-one", lambda: [rows.q(held, x) for x in (own * 2, own / 2, *others)]
     for dtype in (torch.float16, torch.bfloat16):
         yield f"double-rounding:{str(dtype).split('.')[1]}", lambda dtype=dtype: _through(rows, held, dtype)
+        if get_recipe(held).intermediate == "input" and rows.x.dtype != dtype:
+            yield f"double-rounding:{str(dtype).split('.')[1]}", lambda dtype=dtype: _through(rows, held, dtype, True)
     saturated = _saturated_low(w, held)
     if saturated is not None:  # the bound in the key: re-drawn calls must show the same one
         yield f"saturates-low:{saturated[0]:g}", lambda: saturated[1]
