@@ -3398,3 +3398,18 @@ def test_a_quotient_staged_in_bf16_for_an_fp16_input_is_double_rounding_through_
                  head_dim=32, k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7))
     keys = {f.key for f in Diagnoser(impl, CPU).diagnose(case)}
     assert keys == {"double-rounding:bfloat16@input-float16"}, keys
+
+
+def _unchecked_slots(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                     recipe="unfused", checked=False):
+    """No bound check: an out-of-range token written at its own slot, past the cache's end, into whatever follows
+    it (vLLM's own Triton write, held-out on the CPU)."""
+    need = max(cache_loc.tolist()) + 1
+    big = [c.as_strided((-(-need // c.shape[1]), *c.shape[1:]), c.stride(), c.storage_offset())
+           for c in (k_cache, v_cache)]
+    _reference(k, v, *big, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=False)
+
+
+def test_an_out_of_range_token_written_past_the_caches_end_is_named() -> None:
+    keys = {f.key for f in Diagnoser(_impl(_unchecked_slots), CPU).diagnose(_case(cache_loc=(5, 13, 9)))}
+    assert keys == {"out-of-range:written@out-of-range"}, keys

@@ -247,22 +247,23 @@ def _same_strides(t: torch.Tensor, strides: tuple[int, ...]) -> bool:
 
 
 def _restrided(t: torch.Tensor, buf: torch.Tensor, strides: tuple[int, ...], offset: int,
-               after: list | None = None) -> torch.Tensor | None:
-    """buf (viewed as t's dtype) read with t's shape and these strides. A view that leaves buf is made
-    over a longer copy of it (a kernel misreading strides writes past its buffer too): with `after`,
+               after: list | None = None, shape: tuple[int, ...] | None = None) -> torch.Tensor | None:
+    """buf (viewed as t's dtype) read with t's shape (or `shape`) and these strides. A view that leaves buf is
+    made over a longer copy of it (a kernel misreading strides writes past its buffer too): with `after`,
     the copy's first bytes go back into buf once the reference has written; without, None."""
     typed = buf if buf.dtype == t.dtype else buf.view(t.dtype)
-    last = offset + sum((n - 1) * s for n, s in zip(t.shape, strides) if n > 0)
+    shape = tuple(t.shape) if shape is None else shape
+    last = offset + sum((n - 1) * s for n, s in zip(shape, strides) if n > 0)
     if offset < 0 or min(strides, default=0) < 0:
         return None
     if last < typed.numel():
-        return typed.as_strided(t.shape, strides, offset)
+        return typed.as_strided(shape, strides, offset)
     if after is None or last - typed.numel() > MAX_OVERRUN:
         return None
     longer = torch.zeros(last + 1, dtype=typed.dtype, device=typed.device)
     longer[:typed.numel()] = typed
     after.append(lambda: typed.copy_(longer[:typed.numel()]))
-    return longer.as_strided(t.shape, strides, offset)
+    return longer.as_strided(shape, strides, offset)
 
 
 def _inputs(names: tuple[str, ...], heads_only: bool) -> Callable[[Built], dict | None]:
@@ -640,6 +641,24 @@ def _slots(rule: Callable[[torch.Tensor, int], torch.Tensor]) -> Callable[[Built
     return call
 
 
+def _past_the_end(b: Built) -> dict | None:
+    """Out-of-range tokens written at their own slots, past the cache's end, as if it had the pages they name:
+    no bound check at all (the bytes after the view, and after its buffer, take them)."""
+    loc = b.cache_loc.to(torch.int64)
+    if not bool((loc >= b.case.num_slots).any()):
+        return None
+    need = int(loc.max()) + 1
+    out = {**b.call(), "_after": []}
+    for name in CACHES:
+        t = getattr(b, name)
+        rows = -(-need // t.shape[1]) if t.dim() == 4 else need
+        out[name] = _restrided(t, b.buffers[name], tuple(t.stride()), t.storage_offset(), out["_after"],
+                               (rows, *t.shape[1:]))
+        if out[name] is None:
+            return None
+    return out
+
+
 def _zeros_at_slot_0(b: Built) -> dict | None:
     """Each token that writes nothing (padding, out of range) stores zeros at slot 0 instead, in token order: an
     unpredicated store of `where(valid, q, 0)` at `where(valid, loc, 0)` (slot 0 taken for a dummy slot)."""
@@ -842,6 +861,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("padding:slots-compacted", "", _slots(_compacted)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("wrong-slot:slot-0-zeroed", "", _zeros_at_slot_0),
+    ("out-of-range:written", "unchecked: at its own slot, past the cache's end", _past_the_end),
     ("out-of-range:written", "clamped to the last slot", _slots(lambda loc, n: torch.where(loc >= n, n - 1, loc))),
     ("out-of-range:written", "wrapped modulo the number of slots", _slots(lambda loc, n: torch.where(loc >= n, loc % n,
                                                                                                      loc))),
