@@ -3413,3 +3413,30 @@ def _unchecked_slots(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=No
 def test_an_out_of_range_token_written_past_the_caches_end_is_named() -> None:
     keys = {f.key for f in Diagnoser(_impl(_unchecked_slots), CPU).diagnose(_case(cache_loc=(5, 13, 9)))}
     assert keys == {"out-of-range:written@out-of-range"}, keys
+
+
+def _padding_unchecked(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                       *, recipe="unfused", checked=False):
+    """No padding check: a token of slot -1 written at page -1, offset page_size - 1 (floor division), one slot
+    before the cache's start (SGLang's own Triton write, held-out on the CPU)."""
+    from kernel.plan import ScaleArg
+    from kernel.recipe import get_recipe
+    from kernel.reference import quantize
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        value = 1.0 if scale is None else float(scale)
+        q = quantize(x.reshape(x.shape[0], *cache.shape[-2:]).float(), ScaleArg("float", value, None),
+                     get_recipe(recipe)).view(torch.uint8)
+        flat = cache.view(torch.uint8).as_strided((cache.untyped_storage().nbytes(),), (1,), 0)
+        st = cache.stride()
+        for t, s in enumerate(cache_loc.tolist()):
+            if s < 0:
+                page, off = divmod(s, cache.shape[1])
+                for h in range(cache.shape[2]):
+                    for d in range(cache.shape[3]):
+                        flat[cache.storage_offset() + page * st[0] + off * st[1] + h * st[2] + d * st[3]] = q[t, h, d]
+
+
+def test_padding_written_at_its_own_negative_slot_before_the_cache_is_named() -> None:
+    keys = {f.key for f in Diagnoser(_impl(_padding_unchecked), CPU).diagnose(_case(cache_loc=(5, -1, 9)))}
+    assert keys == {"padding:before-start@padding"}, keys

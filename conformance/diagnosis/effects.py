@@ -149,6 +149,8 @@ TITLES = {
     "kv-mixed:v-for-k": "writes V's values into key_cache too (K's input never read)",
     "kv-mixed:nan-mask": "fixes up NaN where the other input is NaN (one input's NaN mask applied to the other's "
                          "bytes: the NaN byte where the other is NaN, the cast's own NaN where only this one is)",
+    "padding:before-start": "writes padding tokens (negative cache_loc) at their own negative slot, before the "
+                            "cache's start (no padding check)",
     "padding:wraps-to-end": "writes padding tokens (negative cache_loc) at slot num_slots + cache_loc[t] "
                             "(indexed from the end, as a floor division or a negative index does)",
     "padding:slot-0": "writes padding tokens (negative cache_loc) to slot 0",
@@ -659,6 +661,57 @@ def _past_the_end(b: Built) -> dict | None:
     return out
 
 
+def _padding_before_start(rounding: str) -> Callable[[Built], dict | None]:
+    """No padding check: a padding token written at its own negative slot, before the cache's start, its page and
+    in-page offset by floor division (`//`, `%`: Python, numpy, Triton's interpreter) or by C's truncation (a
+    compiled kernel's: page 0, offset -1). A check-only model (its bytes land outside the view, where the
+    reference cannot write): each byte several writes reach holds one of theirs."""
+    def model(_b: Built) -> dict | None:
+        return None
+
+    def check(actual: Built, fresh: Callable[[], Built]) -> bool:
+        case = actual.case
+        padding = [t for t, s in enumerate(case.cache_loc) if s < 0]
+        if not padding:
+            return False
+        expected, before = _modelled(lambda c: c.call(), fresh), fresh()
+        if expected is None:
+            return False
+        for name, x, scale in (("k_cache", "k", case.k_scale), ("v_cache", "v", case.v_scale)):
+            a, e = actual.buffers[name].cpu(), expected.buffers[name].cpu()
+            t = getattr(before, name)
+            q = _quantized(getattr(before, f"{x}_logical").cpu(), _scale_value(scale), case.recipe,
+                           case.cache_format)
+            st = t.stride()
+            targets, values = [], []
+            for tok in padding:
+                s = case.cache_loc[tok]
+                if t.dim() == 4:
+                    page = s // t.shape[1] if rounding == "floor division" else -(-s // t.shape[1])
+                    off = s - page * t.shape[1]
+                    base = t.storage_offset() + page * st[0] + off * st[1]
+                else:
+                    base = t.storage_offset() + s * st[0]
+                if not 0 <= base < a.numel():  # far before the buffer (-2**63): not a write this model sees
+                    return False
+                h = torch.arange(t.shape[-2]).reshape(-1, 1) * st[-2]
+                d = torch.arange(t.shape[-1]).reshape(1, -1) * st[-1]
+                targets.append((base + h + d).flatten())
+                values.append(q[tok].flatten())
+            to, val = torch.cat(targets), torch.cat(values)
+            if int(to.min()) < 0 or int(to.max()) >= a.numel():
+                return False
+            reached = torch.zeros(a.numel(), dtype=torch.bool)
+            reached[to] = True
+            hits = torch.zeros(a.numel(), dtype=torch.int64).index_add_(0, to, (a[to] == val).long())
+            # a byte several writes reach: a padding token's, or the reference's own (a valid token there too)
+            if not bool(((hits > 0) | (a == e))[reached].all()) or not torch.equal(a[~reached], e[~reached]):
+                return False
+        return True
+    model.check = check
+    return model
+
+
 def _zeros_at_slot_0(b: Built) -> dict | None:
     """Each token that writes nothing (padding, out of range) stores zeros at slot 0 instead, in token order: an
     unpredicated store of `where(valid, q, 0)` at `where(valid, loc, 0)` (slot 0 taken for a dummy slot)."""
@@ -858,6 +911,8 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
     *((f"strides:dims-reversed:{g}", f"in groups of {g}", _dims_reversed(g)) for g in (2, 4, 8, 16)),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
+    *(("padding:before-start", f"pages and offsets by {how}", _padding_before_start(how))
+      for how in ("floor division", "truncation")),
     ("padding:slots-compacted", "", _slots(_compacted)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("wrong-slot:slot-0-zeroed", "", _zeros_at_slot_0),
@@ -901,9 +956,9 @@ def _reproduces(model: Callable[[Built], dict | None], actual: Built, fresh: Cal
     """Whether the reference under this misread call gives the implementation's bytes over both caches (`built`:
     that call, made already)."""
     built = built if built is not None else _modelled(model, fresh)
-    if built is None:
-        return False
     check = getattr(model, "check", None)
+    if built is None:  # a check-only model, or a call the model cannot make
+        return check is not None and check(actual, fresh)
     return _same_caches(built, actual) or _any_winner(model, actual, fresh) or (check is not None
                                                                                  and check(actual, fresh))
 
@@ -974,7 +1029,7 @@ def explains(key: str, case: Case, expected: Built, actual: Built, before: dict[
         builds = []  # each model's call made once, read whole and then head by head
         for model in models:
             built = _modelled(model, fresh)
-            if built is not None and _reproduces(model, actual, fresh, built):
+            if _reproduces(model, actual, fresh, built):
                 return True
             builds += [built] if built is not None else []
         return any(_heads_split(case, expected, actual, b) is not None for b in builds)
