@@ -3440,3 +3440,22 @@ def _padding_unchecked(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=
 def test_padding_written_at_its_own_negative_slot_before_the_cache_is_named() -> None:
     keys = {f.key for f in Diagnoser(_impl(_padding_unchecked), CPU).diagnose(_case(cache_loc=(5, -1, 9)))}
     assert keys == {"padding:before-start@padding"}, keys
+
+
+def test_an_untriggered_raise_joins_the_raise_of_its_type_whose_trigger_its_case_has() -> None:
+    """A big-cache test is never replayed whole, so its raise has no trigger; of two raises of the same type, it
+    joins the one whose whole trigger its Case has (SGLang's own Triton write on an H100: a uint8 big cache's
+    CompilationError beside the uint8 and the D-not-a-power-of-two ones)."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_same_exception
+
+    def group(key: str, **changes) -> list:
+        return [("t", Finding("raises", key, "?", facts={"exception": "CompilationError",
+                                                           "minimal": _case(**changes).to_dict()}))]
+    loose = "raises:CompilationError: at N:N:"
+    groups = {loose: group(loose, cache_dtype="uint8", head_dim=128),
+              "raises:CompilationError@cache-uint8": group("raises:CompilationError@cache-uint8", cache_dtype="uint8"),
+              "raises:CompilationError@dim-not-pow2": group("raises:CompilationError@dim-not-pow2", head_dim=24)}
+    _merge_same_exception(groups)
+    assert sorted(groups) == ["raises:CompilationError@cache-uint8", "raises:CompilationError@dim-not-pow2"]
+    assert len(groups["raises:CompilationError@cache-uint8"]) == 2
