@@ -436,15 +436,20 @@ def _any_writer(names: tuple[str, ...], strides_of: Callable[[torch.Tensor, torc
             except RuntimeError:  # the misread strides reach past the buffer
                 return False
             source = byte_index(case, name).flatten(0, 1)[slots]
-            values, to = e[source.flatten()], to.flatten()
-            hits = torch.zeros(a.numel(), dtype=torch.int64).index_add_(0, to, (a[to] == values).long())
-            reached = torch.zeros(a.numel(), dtype=torch.bool)
-            reached[to] = True
-            if not bool((hits[reached] > 0).all()) or not torch.equal(a[~reached],
-                                                                    before.buffers[name].cpu()[~reached]):
+            reached, landed = _landed(a, to.flatten(), e[source.flatten()])
+            if not bool(landed[reached].all()) or not torch.equal(a[~reached], before.buffers[name].cpu()[~reached]):
                 return False
         return True
     return check
+
+
+def _landed(a: torch.Tensor, to: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the bytes of `a` that writes of `values` at `to` reach; those of them holding one of their values): where
+    several writes reach one byte, any of them may land last."""
+    reached = torch.zeros(a.numel(), dtype=torch.bool)
+    reached[to] = True
+    hits = torch.zeros(a.numel(), dtype=torch.int64).index_add_(0, to, (a[to] == values).long())
+    return reached, hits > 0
 
 
 def _cache_from_input(names: tuple[str, ...], axis: int) -> Callable[[Built], dict | None]:
@@ -698,14 +703,12 @@ def _padding_before_start(rounding: str) -> Callable[[Built], dict | None]:
                 d = torch.arange(t.shape[-1]).reshape(1, -1) * st[-1]
                 targets.append((base + h + d).flatten())
                 values.append(q[tok].flatten())
-            to, val = torch.cat(targets), torch.cat(values)
+            to = torch.cat(targets)
             if int(to.min()) < 0 or int(to.max()) >= a.numel():
                 return False
-            reached = torch.zeros(a.numel(), dtype=torch.bool)
-            reached[to] = True
-            hits = torch.zeros(a.numel(), dtype=torch.int64).index_add_(0, to, (a[to] == val).long())
+            reached, landed = _landed(a, to, torch.cat(values))
             # a byte several writes reach: a padding token's, or the reference's own (a valid token there too)
-            if not bool(((hits > 0) | (a == e))[reached].all()) or not torch.equal(a[~reached], e[~reached]):
+            if not bool((landed | (a == e))[reached].all()) or not torch.equal(a[~reached], e[~reached]):
                 return False
         return True
     model.check = check
@@ -1168,15 +1171,13 @@ def _subnormal_grid(rows: _Rows, held: str, emin: int) -> torch.Tensor:
     return encode_fp8(torch.where(y.abs() < 2.0**emin, coarse, y), get_recipe(held), fmt).cpu()
 
 
-def _through(rows: _Rows, held: str, dtype: torch.dtype, instead: bool = False) -> torch.Tensor | None:
+def _through(rows: _Rows, held: str, dtype: torch.dtype, instead: bool = False) -> torch.Tensor:
     """The held recipe's fp32 value rounded (RNE) to a 16-bit float before the cast: two roundings, where a
     value within half a 16-bit ulp of a midpoint of the cache's grid lands on it and goes to even (an encoder
-    that converts through `__half`, or a quotient stored as bf16/fp16 first). `instead`: for a recipe that rounds
-    the quotient to the input's dtype, rounded to this dtype in its place (a quotient staged in a bf16 buffer
-    whatever the input's dtype); None for any other recipe."""
+    that converts through `__half`, or a quotient stored as bf16/fp16 first). `instead` (a recipe that rounds
+    the quotient to the input's dtype): rounded to this dtype in its place (a quotient staged in a bf16 buffer
+    whatever the input's dtype)."""
     recipe = get_recipe(held)
-    if instead and recipe.intermediate != "input":
-        return None
     if instead:
         value = _scale_value(rows.scale)
         y = scaled(rows.x, ScaleArg("float", value, None), dataclasses.replace(recipe, intermediate="none")).cpu()

@@ -1169,8 +1169,6 @@ def _merge_scale_kinds(groups: Groups) -> None:
 
 #: The input dtypes past bf16, the plain call's, as the ablations name them.
 WIDER_INPUTS = frozenset({"input-float16", "input-float32"})
-
-
 INPUT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
