@@ -306,6 +306,21 @@ def test_min_heads_is_a_floor(case) -> None:
     assert 2 <= case.num_heads <= 3, case.num_heads
 
 
+def test_per_head_scales_hold_a_zero_head_at_a_useful_rate() -> None:
+    """A head calibration saw only as zeros (scale 0) is drawn, never as head 0 (the shrink target)."""
+    seen: Counter[str] = Counter()
+
+    @settings(max_examples=200, **INNER)
+    @given(per_head_values(4))
+    def collect(values: tuple[float, ...]) -> None:
+        assert values[0] > 0.0, values
+        assert all(v >= 0.0 and math.isfinite(v) for v in values), values
+        seen["zero head"] += 0.0 in values
+
+    collect()
+    assert seen["zero head"] >= 20, f"a zero head in {seen['zero head']} of 200 draws of four heads"
+
+
 def test_min_heads_is_checked_when_the_strategy_is_built() -> None:
     for bad in (dict(min_heads=0), dict(min_heads=4, max_heads=3), dict(min_heads=True)):
         with pytest.raises(InvalidArgument, match="min_heads"):

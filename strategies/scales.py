@@ -193,16 +193,19 @@ def scales(name: str = "k_scale", kinds: tuple[str, ...] | None = None, rounded_
 @st.composite
 def _per_head_values(draw: st.DrawFn, heads: int, rounded_to: str | None) -> tuple[float, ...]:
     first = draw(scale_values(rounded_to), label="head_0_scale")
-    rest = [draw(st.one_of(st.just(first), scale_values(rounded_to)), label=f"head_{h}_scale")
+    rest = [draw(st.one_of(st.just(first), scale_values(rounded_to), st.just(0.0)), label=f"head_{h}_scale")
             for h in range(1, heads)]
+    event(f"per-head scales: {'a zero head' if 0.0 in rest else 'no zero head'}")
     return (first, *rest)
 
 
 @lru_cache(maxsize=64)
 def per_head_values(heads: int, rounded_to: str | None = None) -> st.SearchStrategy[tuple[float, ...]]:
-    """One positive finite fp32 scale per head (a `[heads]` tensor's values), each as scale_values(rounded_to)
-    or the first head's value again: heads that share a scale sit beside heads that do not, as in a
-    checkpoint's per-head scales. Shrinks toward every head at the first head's value, a power of two.
+    """One finite fp32 scale per head (a `[heads]` tensor's values), each as scale_values(rounded_to), the
+    first head's value again, or (after the first) 0.0: heads that share a scale sit beside heads that do
+    not, as in a checkpoint's per-head scales, where a head that calibration saw only as zeros gets
+    amax / 448 = 0 (unchecked on the device; every recipe divides by it as IEEE fp32 does: ±inf, saturated,
+    and 0 / 0 = NaN). Shrinks toward every head at the first head's value, a power of two.
     """
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 2:
         raise InvalidArgument(f"per_head_values(heads): an int >= 2 (one head is a per-tensor scale), got {heads!r}")
