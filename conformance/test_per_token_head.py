@@ -137,7 +137,25 @@ def test_per_token_head_is_bit_exact(data, layout, impl, device):
         pytest.skip(f"the {impl.convention.name} convention stores the scales in scale caches only (its "
                     "k_scale_cache and v_scale_cache have no default of None)")
     size = "large" if device.type == "cuda" else "small"
-    pc = data.draw(pth_cases(_base(size, impl), modes, (layout,)), label="pth_case")
+    _check_bit_exact(impl, data.draw(pth_cases(_base(size, impl), modes, (layout,)), label="pth_case"), device)
+
+
+@redrawn
+@given(data=st.data())
+def test_serving_shapes_are_bit_exact_inline(data, impl, device):
+    """Inline scales on the shapes servers run: H a multiple of 4, D a power of two, contiguous tensors
+    (where a kernel may take a fast path: this repository's writes four heads' slot bytes at a time)."""
+    modes, layouts = _target(impl)
+    if "inline" not in layouts:
+        pytest.skip(f"the {impl.convention.name} convention stores the scales in scale caches only")
+    heads = data.draw(st.sampled_from((4, 8)), label="num_heads")
+    dim = data.draw(st.sampled_from((16, 32, 64, 128)), label="head_dim")
+    base = _base("small", impl, contiguous=True, min_heads=heads, max_heads=heads, max_dim=dim)
+    pc = data.draw(pth_cases(base.filter(lambda c: c.head_dim == dim), modes, ("inline",)), label="pth_case")
+    _check_bit_exact(impl, pc, device)
+
+
+def _check_bit_exact(impl, pc: PTHCase, device: torch.device) -> None:
     expected, actual = build_pth(pc, device), build_pth(pc, device)
     _reference(expected)
     error = _run(impl, actual)

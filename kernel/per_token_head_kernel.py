@@ -78,15 +78,18 @@ def _tile(rows, d64, s_d, VEC: tl.constexpr):
 
 
 @triton.jit
-def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
-                    FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
-    """[BT, BH, BD] input values -> (e4m3 bytes [BT, BH, BD], each head's fp32 scale [BT, BH]).
-    Lanes outside the heads hold 0 (the loads' `other`), which never raises an amax."""
+def _widen(x, SOFTWARE: tl.constexpr):
+    """Input values -> fp32, exactly."""
     if SOFTWARE and x.dtype == tl.bfloat16:
         # Widen by bits: the interpreter's bf16 -> fp32 cast loses subnormals (kernel/triton_kernel.py).
-        x32 = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
-    else:
-        x32 = x.to(tl.float32)
+        return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _head_scale(x32, VLLM: tl.constexpr, FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
+    """[BT, BH, BD] fp32 values -> each head's fp32 scale [BT, BH]. Lanes outside the heads hold 0 (the
+    loads' `other`), which never raises an amax."""
     # |x|'s bits as integers order like |x| (+0 < subnormals < normals < inf < NaNs): one exact max on
     # every backend gives amax and, above inf's bits, the head's NaN flag.
     amax_bits = tl.max(x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
@@ -98,20 +101,42 @@ def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
         s = tl.where(s < _f32(FLOOR_V), _f32(FLOOR_V), s)
     else:
         s = tl.math.div_rn(tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax), q_max)
-    s = tl.where(has_nan, _f32(NAN_BITS), s)
+    return tl.where(has_nan, _f32(NAN_BITS), s)
+
+
+@triton.jit
+def _reciprocal(s, VLLM: tl.constexpr):
+    """vLLM's recipe multiplies by the IEEE reciprocal of each head's scale (FlashInfer's divides: s)."""
     if VLLM:
-        y = x32 * tl.math.div_rn(tl.zeros_like(s) + 1.0, s)[:, :, None]
+        return tl.math.div_rn(tl.zeros_like(s) + 1.0, s)
+    return s
+
+
+@triton.jit
+def _encode(x32, s, r, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr):
+    """fp32 values, with their head's scale `s` and `_reciprocal` `r` (the same shape) -> e4m3 bytes."""
+    if VLLM:
+        y = x32 * r
     elif EXACT_FMA:
         # s = max(amax, 1e-12) / 448 lies in [2**-49, 2**120] (or is inf or NaN, whose quotients Markstein's
         # sequence gets right: x / inf = ±0, inf / inf and NaN: NaN), inside its exact range [2**-64, 2**126].
-        y = _markstein(x32, s[:, :, None])
+        y = _markstein(x32, s)
     else:
-        y = tl.math.div_rn(x32, s[:, :, None] + tl.zeros_like(x32))
+        y = tl.math.div_rn(x32, s)
     if SOFTWARE:
-        byte = _e4m3_sw(y, True, False, False, False)  # e4m3 only (no E5M2, no FNUZ)
-    else:
-        byte = _e4m3_hw(y, True, False)
-    return byte, s
+        return _e4m3_sw(y, True, False, False, False)  # e4m3 only (no E5M2, no FNUZ)
+    return _e4m3_hw(y, True, False)
+
+
+@triton.jit
+def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
+                    FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
+    """[BT, BH, BD] input values -> (e4m3 bytes [BT, BH, BD], each head's fp32 scale [BT, BH])."""
+    x32 = _widen(x, SOFTWARE)
+    s = _head_scale(x32, VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
+    zeros = tl.zeros_like(x32)
+    return _encode(x32, s[:, :, None] + zeros, _reciprocal(s, VLLM)[:, :, None] + zeros, VLLM, SOFTWARE,
+                   EXACT_FMA), s
 
 
 @triton.jit
@@ -133,6 +158,96 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
         tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
 
+@triton.jit
+def _pick(j, a, b, c, d):
+    """Per lane, the value of head j (0..3) of a group: a, b, c or d ([BT, BG]) broadcast over j's lanes."""
+    jj = j[None, None, :]
+    return tl.where(jj == 0, a[:, :, None], tl.where(jj == 1, b[:, :, None],
+                                                     tl.where(jj == 2, c[:, :, None], d[:, :, None])))
+
+
+@triton.jit
+def _group_scale(x_rows, j: tl.constexpr, x_sh, d64, tg_ok, VLLM: tl.constexpr, SOFTWARE: tl.constexpr,
+                 FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr, X_ALIGN: tl.constexpr):
+    """Head j of each group's scale and its `_reciprocal` ([BT, BG]), from its whole row."""
+    rows = tl.multiple_of(x_rows + j * x_sh, (X_ALIGN, X_ALIGN))  # x_sh keeps X_ALIGN (wrapper-checked)
+    x = tl.load(rows[:, :, None] + d64[None, None, :], mask=tg_ok[:, :, None], other=0.0)
+    s = _head_scale(_widen(x, SOFTWARE), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
+    return s, _reciprocal(s, VLLM)
+
+
+@triton.jit
+def _group_scales(x_rows, x_sh, tg_ok, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, FLOOR_V: tl.constexpr,
+                  FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr, X_ALIGN: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The group's 4 scales, then their 4 `_reciprocal`s."""
+    d64 = tl.arange(0, BLOCK_D).to(tl.int64)
+    s0, r0 = _group_scale(x_rows, 0, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
+    s1, r1 = _group_scale(x_rows, 1, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
+    s2, r2 = _group_scale(x_rows, 2, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
+    s3, r3 = _group_scale(x_rows, 3, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
+    return s0, s1, s2, s3, r0, r1, r2, r3
+
+
+@triton.jit
+def _slot_load(x_rows, x_sh, j, dim, tg_ok, BLOCK_D: tl.constexpr):
+    """The input value behind each slot byte lane (byte `dim` of the group's head j; 0 for scale bytes).
+    Each run of 4 lanes is one head's 4 consecutive dims or its scale (D + 4 and the runs are multiples
+    of 4, x_sh keeps 4-element alignment: wrapper-checked), which the hints say."""
+    is_data = tl.max_constancy(dim < BLOCK_D, 4)
+    off = tl.max_contiguous(tl.multiple_of(j.to(tl.int64) * x_sh + dim, 4), 4)
+    return tl.load(x_rows[:, :, None] + off[None, None, :], mask=tg_ok[:, :, None] & is_data[None, None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _slot_store(x, c_rows, at, j, dim, writes, s0, s1, s2, s3, r0, r1, r2, r3, VLLM: tl.constexpr,
+                SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Store the group's slot bytes at positions `at`: for dim < D the e4m3 value of `x` (`_slot_load`'s),
+    else byte dim - D of head j's scale."""
+    is_data = dim < BLOCK_D
+    s = _pick(j, s0, s1, s2, s3)
+    data = _encode(_widen(x, SOFTWARE), s, _pick(j, r0, r1, r2, r3), VLLM, SOFTWARE, EXACT_FMA)
+    shift = tl.where(is_data, 0, (dim - BLOCK_D) * 8).to(tl.uint32)
+    scale = ((s.to(tl.uint32, bitcast=True) >> shift[None, None, :]) & 0xFF).to(tl.uint8)
+    tl.store(c_rows[:, :, None] + at[None, None, :], tl.where(is_data[None, None, :], data, scale),
+             mask=writes[:, :, None])
+
+
+@triton.jit
+def _write_groups(k_rows, k_sh, kc_rows, v_rows, v_sh, vc_rows, tg_ok, writes,
+                  VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, FLOOR_V: tl.constexpr,
+                  FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr, X_ALIGN: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The inline layout, four heads at a time. A head at a time, a row's D + 4 bytes allow only 4-byte
+    stores; a group's 4 (D + 4) slot bytes are contiguous and 16-byte aligned (wrapper-checked), so they
+    go out as whole 16-byte stores: the first 4D of them as one tile, the last 16 (head 3's last 12
+    dims, then its scale) as another. The scales come first, from each head's row; the slot-ordered
+    tiles then read the inputs again (from L1). Every load is issued before any store, as in the head
+    path. k_rows/v_rows: [BT, BG] pointers to each group's head 4g (X_ALIGN-byte aligned, X_ALIGN >= 4
+    elements); kc_rows/vc_rows: to its slot bytes."""
+    ks0, ks1, ks2, ks3, kr0, kr1, kr2, kr3 = _group_scales(k_rows, k_sh, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F,
+                                                           NAN_BITS, X_ALIGN, BLOCK_D)
+    vs0, vs1, vs2, vs3, vr0, vr1, vr2, vr3 = _group_scales(v_rows, v_sh, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F,
+                                                           NAN_BITS, X_ALIGN, BLOCK_D)
+    row: tl.constexpr = BLOCK_D + 4
+    at = tl.arange(0, 4 * BLOCK_D)
+    j = (at >= row).to(tl.int32) + (at >= 2 * row).to(tl.int32) + (at >= 3 * row).to(tl.int32)
+    dim = at - j * row
+    tail = tl.arange(0, 16)
+    at_t, j_t, dim_t = 4 * BLOCK_D + tail, tl.full((16,), 3, tl.int32), BLOCK_D - 12 + tail
+    xk = _slot_load(k_rows, k_sh, j, dim, tg_ok, BLOCK_D)
+    xk_t = _slot_load(k_rows, k_sh, j_t, dim_t, tg_ok, BLOCK_D)
+    xv = _slot_load(v_rows, v_sh, j, dim, tg_ok, BLOCK_D)
+    xv_t = _slot_load(v_rows, v_sh, j_t, dim_t, tg_ok, BLOCK_D)
+    _slot_store(xk, kc_rows, at, j, dim, writes, ks0, ks1, ks2, ks3, kr0, kr1, kr2, kr3, VLLM, SOFTWARE, EXACT_FMA,
+                BLOCK_D)
+    _slot_store(xk_t, kc_rows, at_t, j_t, dim_t, writes, ks0, ks1, ks2, ks3, kr0, kr1, kr2, kr3, VLLM, SOFTWARE,
+                EXACT_FMA, BLOCK_D)
+    _slot_store(xv, vc_rows, at, j, dim, writes, vs0, vs1, vs2, vs3, vr0, vr1, vr2, vr3, VLLM, SOFTWARE, EXACT_FMA,
+                BLOCK_D)
+    _slot_store(xv_t, vc_rows, at_t, j_t, dim_t, writes, vs0, vs1, vs2, vs3, vr0, vr1, vr2, vr3, VLLM, SOFTWARE,
+                EXACT_FMA, BLOCK_D)
+
+
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def per_token_head_write(
     k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
@@ -142,7 +257,7 @@ def per_token_head_write(
     ks_sp, ks_so, ks_sh, vs_sp, vs_so, vs_sh,
     VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr,
+    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr, GROUPED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -161,20 +276,29 @@ def per_token_head_write(
     slot = tl.where(in_range, loc, 0)
     page = slot // page_size
     offset = slot - page * page_size
-    writes = in_range[:, None] & (h < H)[None, :]
-    mask = inside & in_range[:, None, None]
-
-    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
-    # need not wait for cache_loc; K's and V's are both issued before any store, since the stores may
-    # alias the inputs as far as the compiler knows (kernel/triton_kernel.py does the same).
-    xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
-    xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
-    bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
-    _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
-                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
-    bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
-    _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
-                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
+    if GROUPED:  # h counts groups of 4 heads; the wrapper checked what _write_groups says
+        tg_ok = (t < T)[:, None] & (h < H // 4)[None, :]
+        g_writes = in_range[:, None] & (h < H // 4)[None, :]
+        _write_groups(
+            tl.multiple_of(k_ptr + (t64 * k_st)[:, None] + (h64 * 4 * k_sh)[None, :], (X_ALIGN, X_ALIGN)), k_sh,
+            tl.multiple_of(kc_ptr + (page * kc_sp + offset * kc_so)[:, None] + (h64 * 4 * kc_sh)[None, :], (16, 16)),
+            tl.multiple_of(v_ptr + (t64 * v_st)[:, None] + (h64 * 4 * v_sh)[None, :], (X_ALIGN, X_ALIGN)), v_sh,
+            tl.multiple_of(vc_ptr + (page * vc_sp + offset * vc_so)[:, None] + (h64 * 4 * vc_sh)[None, :], (16, 16)),
+            tg_ok, g_writes, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN, BLOCK_D)
+    else:
+        writes = in_range[:, None] & (h < H)[None, :]
+        mask = inside & in_range[:, None, None]
+        # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
+        # need not wait for cache_loc; K's and V's are both issued before any store, since the stores may
+        # alias the inputs as far as the compiler knows (kernel/triton_kernel.py does the same).
+        xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
+        xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
+        bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
+        _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
+                     ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
+        bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
+        _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
+                     vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
 
 
 def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, int]:
@@ -217,6 +341,19 @@ def _widths(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, cap: int = 16) ->
     return width(x // size), width(c)
 
 
+def groups_fit(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, x_vec: int) -> bool:
+    """Whether `_write_groups` may write this call: the inline layout, H a multiple of 4, D a power of two
+    of at least 16, inputs loaded 4 or more elements at once (`_widths`), and caches whose heads are
+    contiguous D + 4 byte rows with every slot 16-byte aligned, so that each group of 4 heads is 4 (D + 4)
+    contiguous, 16-byte aligned bytes."""
+    d = plan.head_dim
+    if not (plan.inline and plan.num_heads % 4 == 0 and d >= 16 and d & (d - 1) == 0 and x_vec >= 4):
+        return False
+    kcs, vcs = Plan.cache_strides(kc, plan.page_size), Plan.cache_strides(vc, plan.page_size)
+    rows = kcs[2] == vcs[2] == d + 4 and kcs[3] == vcs[3] == 1
+    return rows and _alignment(kc.data_ptr(), vc.data_ptr(), *kcs[:2], *vcs[:2]) == 16
+
+
 def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps). BLOCK_D is D's next power of two: a head's amax needs its
     whole row in one program.
@@ -246,15 +383,15 @@ def pth_tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[i
 
 
 def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
-                          vec: int | None = None) -> None:
+                          vec: int | None = None, grouped: bool = True) -> None:
     """Run the kernel for a validated plan (nothing to do for T == 0).
-    `tile` (elements, num_warps) and `vec` (a cap on `_widths`) replace the wrapper's choice on CUDA: for
-    tuning sweeps (tools.tile_sweep --per-token-head)."""
+    `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `grouped=False` (a head at a time even where
+    `groups_fit`) replace the wrapper's choice on CUDA: for tuning sweeps (tools.tile_sweep --per-token-head)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.k.device):  # Triton launches on the current device (docs/facts.md)
-            return launch_per_token_head(plan, encoder, tile=tile, vec=vec)
+            return launch_per_token_head(plan, encoder, tile=tile, vec=vec, grouped=grouped)
     if plan.k.device.type != "cuda" and not interpreted():
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.k.device}")
@@ -262,13 +399,16 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     x_vec, c_align = _widths(plan, kc, vc, 16 if vec is None else vec)
-    block_t, block_h, block_d, warps = (pth_tile_for(plan.num_heads, plan.head_dim, *tile) if tile else
-                                        choose_pth_tile(plan.num_tokens, plan.num_heads, plan.head_dim, software))
+    grouped = grouped and groups_fit(plan, kc, vc, x_vec)
+    # Grouped, the tile's "heads" are groups of 4 and its rows 4D long.
+    heads, row = (plan.num_heads // 4, 4 * plan.head_dim) if grouped else (plan.num_heads, plan.head_dim)
+    block_t, block_h, block_d, warps = (pth_tile_for(heads, row, *tile) if tile else
+                                        choose_pth_tile(plan.num_tokens, heads, row, software))
     if max(x_vec, c_align) == 1 and not tile and not interpreted():
         # Unvectorized, larger tiles spill: 1024 elements ran at 28.6 % of a copy, 2048 at 8.1 %, 4096 at 3.9 %
         # (T = 32768, 8x128, docs/results/h200-2026-12-04-c.md).
-        block_t, block_h, block_d, warps = pth_tile_for(plan.num_heads, plan.head_dim, 1024)
-    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(plan.num_heads, block_h))
+        block_t, block_h, block_d, warps = pth_tile_for(heads, row, 1024)
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(heads, block_h))
     # Inline: the scale pointers are unused; the cache_loc tensor stands in (no tensor is made).
     ks = plan.k_scale_cache if plan.k_scale_cache is not None else plan.cache_loc
     vs = plan.v_scale_cache if plan.v_scale_cache is not None else plan.cache_loc
@@ -281,7 +421,8 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
         VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software, EXACT_FMA=fma_is_exact(),
         FLOOR_V=fp32_bits(FLOOR_VLLM), FLOOR_F=fp32_bits(FLOOR_FLASHINFER), NAN_BITS=NAN_SCALE_BITS,
         VEC=max(x_vec, c_align), X_ALIGN=x_vec * plan.k.element_size() if x_vec > 1 else 1, C_ALIGN=c_align,
-        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d, num_warps=warps,
+        GROUPED=grouped, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d // 4 if grouped else block_d,
+        num_warps=warps,
     )
 
 
