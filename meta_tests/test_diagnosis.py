@@ -398,6 +398,19 @@ def test_a_crash_goes_to_the_one_out_of_place_defect_whose_trigger_its_case_has(
     assert crash.key == "strides:other-cache@cache-layouts-differ" and groups["crash"] == [("b", unsaved)]
 
 
+def test_a_crash_beside_a_per_token_head_write_out_of_place_is_its_symptom() -> None:
+    """Scale caches written as if contiguous wrote past one (a held-out Triton kernel deriving their page
+    stride from their slot stride), and the worker died: the crash is that defect's, the run's one out-of-place
+    writer, though per-token-head keys carry no placement class. Beside a value defect alone it stays apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_crashes
+    for host, joins in (("per-token-head:scale-caches-as-contiguous", True), ("per-token-head:values", False)):
+        crash = Finding("crash", "crash", "crashes")
+        groups = {host: [("h", Finding("per-token-head", host, "?"))], "crash": [("c", crash)]}
+        _attribute_crashes(groups)
+        assert ("crash" not in groups) == joins, (host, sorted(groups))
+
+
 def test_an_undiagnosed_failure_joins_the_one_defect_only_where_its_case_triggers_it() -> None:
     """A shared slot left unwritten (no replay can diagnose which token's byte belongs there) is the run's one
     value defect's symptom; beside a run's one raise on float scales, with tensor scales in its Case, it is a
@@ -1503,6 +1516,29 @@ def _compacted_padding(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=
     loc = torch.full_like(cache_loc, -1)
     loc[:real.numel()] = real
     _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def _compacted_in_range(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True, *, recipe="unfused", checked=False):
+    """Every slot that writes nothing dropped from cache_loc, not the inputs (`masked_scatter_` filling the valid
+    rows from the tokens in order): token i written to the i-th slot in range."""
+    slots = k_cache.shape[0] * k_cache.shape[1]
+    real = cache_loc[(cache_loc >= 0) & (cache_loc < slots)]
+    loc = torch.full_like(cache_loc, -1)
+    loc[:real.numel()] = real
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_slots_compacted_past_the_end_is_the_padding_defect() -> None:
+    """A held-out kernel (batch 49) dropped padding and out-of-range slots alike: under out-of-range it is the
+    slots-compacted model too (not tokens moved), and the report joins it to the same effect under padding."""
+    from conformance.diagnosis.report import _merge_skipped_tokens
+    case = _case(cache_loc=(12, 5, 0), checked=False)  # 12 slots: the first token's is out of range
+    keys = [f.key for f in Diagnoser(_impl(_compacted_in_range), CPU).diagnose(case)]
+    assert keys == ["padding:slots-compacted@out-of-range"], keys
+    groups = _groups("padding:slots-compacted@padding", "padding:slots-compacted@out-of-range+slots-unsorted")
+    _merge_skipped_tokens(groups)
+    assert list(groups) == ["padding:slots-compacted@padding"], list(groups)
 
 
 def _fp32_as_bf16(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,

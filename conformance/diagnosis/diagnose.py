@@ -894,12 +894,15 @@ def identity(effect: Effect, trigger: list[str]) -> str:
 #: The dimension a placement effect misreads: returning it to the plain call must make the failure vanish.
 #: A model whose dimension is not in the trigger fit the bytes by chance (V written with K's strides reads
 #: as V written contiguously when K's cache is contiguous; a head-major write can read as either).
-MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
+MISREADS: dict[str, str | tuple[str, ...]] = {
+            "strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
             "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
             "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
             "strides:cache-ignored": "strided-cache", "strides:cache-page-stride": "strided-cache",
             "strides:cache-inner-stride": "strided-cache",
-            "padding:wraps-to-end": "padding", "padding:slot-0": "padding", "padding:slots-compacted": "padding",
+            "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
+            # the slots that write nothing dropped from cache_loc: padding's, or out-of-range ones too
+            "padding:slots-compacted": ("padding", "out-of-range"),
             "out-of-range:written": "out-of-range"}
 
 
@@ -909,12 +912,18 @@ MISREADS = {"strides:inputs-ignored": "strided-input", "strides:inputs-heads-ign
 PER_TOKEN = ("out-of-range:wrong-bound", "out-of-range:written")
 
 
+def _misread_in(key: str, trigger: list[str]) -> bool:
+    """Whether the dimension the effect misreads (one of them, where either can show it) is in the trigger."""
+    dims = MISREADS[key]
+    return any(d in trigger for d in ((dims,) if isinstance(dims, str) else dims))
+
+
 def consistent(effect: Effect, trigger: list[str], tokens: int = 0) -> Effect:
     """The first of the effect and its alternatives whose misread dimension is in the trigger, and that is no
     per-token slot rule triggered by several tokens (of a Case of at most four); none such (every model fit
     by chance): what no model explains."""
     alone = "many-tokens" in trigger and 0 < tokens <= 4
-    fits = [k for k in [effect.key, *effect.alternatives] if (k not in MISREADS or MISREADS[k] in trigger)
+    fits = [k for k in [effect.key, *effect.alternatives] if (k not in MISREADS or _misread_in(k, trigger))
             and not (alone and k in PER_TOKEN)]
     if fits == [effect.key, *effect.alternatives]:
         return effect

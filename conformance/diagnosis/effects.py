@@ -157,7 +157,7 @@ TITLES = {
     "wrong-slot:slot-0-zeroed": "writes zeros to slot 0 for each token that writes nothing (padding, out of range): an "
                             "unpredicated store of `where(valid, q, 0)` at a dummy slot 0",
     "padding:slots-compacted": "writes token i to the i-th non-negative slot (padding dropped from cache_loc but "
-                               "not from the inputs)",
+                               "not from the inputs; or the i-th slot in range, out-of-range slots dropped too)",
     "out-of-range:written": "writes tokens whose slot is out of range instead of skipping them",
     "out-of-range:wrong-bound": "skips in-range slots past a wrong number of slots (the cache's size read from "
                                 "another dimension)",
@@ -832,9 +832,18 @@ def _dims_reversed(group: int) -> Callable[[Built], dict | None]:
 
 def _compacted(loc: torch.Tensor, n: int) -> torch.Tensor:
     """Padding dropped from the slots but not from the inputs: token i gets the i-th non-negative slot."""
-    real = loc[loc >= 0]
+    return _first_slots(loc, loc[loc >= 0])
+
+
+def _compacted_in_range(loc: torch.Tensor, n: int) -> torch.Tensor:
+    """Every slot that writes nothing (padding, out of range) dropped, the inputs not: token i gets the i-th
+    slot in range (`masked_scatter_` filling the valid rows from the tokens in order, say)."""
+    return _first_slots(loc, loc[(loc >= 0) & (loc < n)])
+
+
+def _first_slots(loc: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     out = torch.full_like(loc, -1)
-    out[:real.numel()] = real
+    out[:kept.numel()] = kept
     return out
 
 
@@ -917,6 +926,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     *(("padding:before-start", f"pages and offsets by {how}", _padding_before_start(how))
       for how in ("floor division", "truncation")),
     ("padding:slots-compacted", "", _slots(_compacted)),
+    ("padding:slots-compacted", "out-of-range slots dropped too", _slots(_compacted_in_range)),
     ("padding:slot-0", "", _slots(lambda loc, n: loc.clamp(min=0))),
     ("wrong-slot:slot-0-zeroed", "", _zeros_at_slot_0),
     ("out-of-range:written", "unchecked: at its own slot, past the cache's end", _past_the_end),

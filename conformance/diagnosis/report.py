@@ -503,6 +503,9 @@ SYMPTOM_ONLY = ("raises", "crash", "input-modified")
 #: Classes of defect that write out of place: the only kind that can make a process crash or change
 #: memory it was not given.
 PLACEMENT = ("strides", "padding", "out-of-range", "big-cache", "overrun")
+#: Per-token-head effects that write out of place (scales put where their caches' strides do not say, bytes in
+#: slots no token names): the family's Cases are not ablated, so these keys carry no placement class.
+PTH_PLACEMENT = ("per-token-head:scale-caches-as-contiguous", "per-token-head:writes-outside")
 #: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
 READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input")
 #: The properties that an input or cache_loc is left unchanged: what fails them was written.
@@ -647,6 +650,11 @@ def _attribute_row_findings(groups: Groups, nodes: dict[str, Node]) -> None:
         _move(groups, key, lambda n, f, key=key: host_of(n, f, key))
 
 
+def _places(key: str) -> bool:
+    """Whether a key's effect reads or writes out of place."""
+    return class_of(key) in PLACEMENT or key.split("@", 1)[0] in PTH_PLACEMENT
+
+
 def _writers(keys: list[str]) -> list[str]:
     """The keys of effects that write out of place (not those that only read out of place)."""
     return [k for k in keys if k.split("@", 1)[0] not in READS_ONLY]
@@ -658,7 +666,7 @@ def _attribute_crashes(groups: Groups) -> None:
     out of place, when there is exactly one (a value, a raise or a scale cannot write where it was not told
     to); otherwise it stays a defect of its own. So are wrong bytes seen only where the caches share one
     buffer, when that defect writes (not only reads) out of place."""
-    hosts = [k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)]
+    hosts = [k for k in groups if _places(k) and not _symptom_only(k)]
     _attribute_by_case(groups, hosts)
     writers = _writers(hosts)
     if len(hosts) == 1:
@@ -958,13 +966,15 @@ def _merge_skipped_tokens(groups: Groups) -> None:
     bytes taken from the wrong cache; both sent to slot 0 with its old bytes, which a token of slot 0 then
     loses), so one defect, under the padding key. The out-of-range side may need the slots unsorted besides:
     sorted, its entries go last, and a defect that an invalid entry before a valid one triggers (V's rows taken
-    after the batch was compacted) vanishes; padding's negative entries sort first."""
+    after the batch was compacted) vanishes; padding's negative entries sort first. Slots compacted is such a
+    rule too: the model that drops out-of-range entries with the padding ones names it under either trigger."""
     for key in [k for k in groups if "out-of-range" in trigger_set(k)]:
         others = trigger_set(key) - {"out-of-range", "slots-unsorted"}
         hosts = [h for h in groups if h != key and h.split("@", 1)[0] == key.split("@", 1)[0]
                  and trigger_set(h) - {"slots-unsorted"} == others | {"padding"}
                  and trigger_set(h) <= trigger_set(key) - {"out-of-range"} | {"padding"}]
-        if len(hosts) == 1 and class_of(key) not in ("padding", "out-of-range"):
+        if len(hosts) == 1 and (class_of(key) not in ("padding", "out-of-range")
+                                or key.split("@", 1)[0] == "padding:slots-compacted"):
             _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (with out-of-range slots too: tokens that "
                                                                      "write nothing)"))
 
@@ -1056,7 +1066,7 @@ def _attribute_graph(groups: Groups) -> None:
     passed): on a GPU, which of two writes to one byte lands is undefined, so a stray write's race can go
     either way under a graph. When its Case has the whole trigger of exactly one defect that writes out of
     place, it is a symptom of that defect."""
-    hosts = _writers([k for k in groups if class_of(k) in PLACEMENT and not _symptom_only(k)])
+    hosts = _writers([k for k in groups if _places(k) and not _symptom_only(k)])
 
     def host_of(_nodeid: str, f: Finding) -> tuple[str, str] | None:
         fits = _triggered(_case_of(f), hosts)
@@ -1268,7 +1278,7 @@ def _attribute_unrepeatable(groups: Groups) -> None:
     on the H200 for Triton kernels reading with another tensor's strides, or writing past the cache). An
     input changed that way was changed by a write: of the run's one defect that writes out of place (an
     H100 run with one defect reading inputs without their strides, another writing V with K's)."""
-    hosts = [k for k in _hosts(groups) if class_of(k) in PLACEMENT]
+    hosts = [k for k in _hosts(groups) if _places(k)]
     writers = _writers(hosts)
 
     def host_of(nodeid: str, f: Finding) -> tuple[str, str] | None:
