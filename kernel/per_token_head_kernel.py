@@ -6,7 +6,8 @@ grid covers token blocks and head blocks. The launch creates no tensor and reads
 (graph-capturable). Pointer alignment is not specialized (each of 7 pointers would double the compiled
 variants); instead the wrapper, after it checked strides and base addresses, says how many bytes of a
 head's row a thread may load (X_ALIGN) and store (C_ALIGN) at once, and VEC, the larger in elements,
-that dims are unit-stride and the mask constant over that many (see `_widths`).
+that dims are unit-stride and the mask constant over that many (see `_widths`). The inline layout may instead
+go four heads at a time (GROUPED, `_write_groups`, where `groups_fit`), for 16-byte stores.
 Exactness, on GPU and in the interpreter alike:
 - NaN never reaches a floating-point max or min: a head's amax is the integer max of its |x|'s bit
   patterns, which order like the values, and a NaN's bits exceed inf's, so the same max says whether
@@ -383,10 +384,12 @@ def pth_tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[i
 
 
 def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
-                          vec: int | None = None, grouped: bool = True) -> None:
+                          vec: int | None = None, grouped: bool | None = None) -> None:
     """Run the kernel for a validated plan (nothing to do for T == 0).
-    `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `grouped=False` (a head at a time even where
-    `groups_fit`) replace the wrapper's choice on CUDA: for tuning sweeps (tools.tile_sweep --per-token-head)."""
+    `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `grouped` (four heads at a time where
+    `groups_fit`, or a head at a time) replace the wrapper's choice on CUDA: for tuning sweeps
+    (tools.tile_sweep --per-token-head). By default the four-heads path runs under the interpreter only, where
+    CI checks its bytes: compiled, it has not yet been run on a GPU (docs/per-token-head.md)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():
@@ -399,7 +402,7 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     x_vec, c_align = _widths(plan, kc, vc, 16 if vec is None else vec)
-    grouped = grouped and groups_fit(plan, kc, vc, x_vec)
+    grouped = (interpreted() if grouped is None else grouped) and groups_fit(plan, kc, vc, x_vec)
     # Grouped, the tile's "heads" are groups of 4 and its rows 4D long.
     heads, row = (plan.num_heads // 4, 4 * plan.head_dim) if grouped else (plan.num_heads, plan.head_dim)
     block_t, block_h, block_d, warps = (pth_tile_for(heads, row, *tile) if tile else
