@@ -115,7 +115,8 @@ def _reciprocal(s, VLLM: tl.constexpr):
 
 @triton.jit
 def _encode(x32, s, r, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr):
-    """fp32 values, with their head's scale `s` and `_reciprocal` `r` (the same shape) -> e4m3 bytes."""
+    """fp32 values, with their head's scale `s` and `_reciprocal` `r` (x32's shape, or one that broadcasts to
+    it) -> e4m3 bytes."""
     if VLLM:
         y = x32 * r
     elif EXACT_FMA:
@@ -123,7 +124,7 @@ def _encode(x32, s, r, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
         # sequence gets right: x / inf = ±0, inf / inf and NaN: NaN), inside its exact range [2**-64, 2**126].
         y = _markstein(x32, s)
     else:
-        y = tl.math.div_rn(x32, s)
+        y = tl.math.div_rn(x32, s + tl.zeros_like(x32))  # div_rn takes operands of one shape
     if SOFTWARE:
         return _e4m3_sw(y, True, False, False, False)  # e4m3 only (no E5M2, no FNUZ)
     return _e4m3_hw(y, True, False)
@@ -135,9 +136,7 @@ def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
     """[BT, BH, BD] input values -> (e4m3 bytes [BT, BH, BD], each head's fp32 scale [BT, BH])."""
     x32 = _widen(x, SOFTWARE)
     s = _head_scale(x32, VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
-    zeros = tl.zeros_like(x32)
-    return _encode(x32, s[:, :, None] + zeros, _reciprocal(s, VLLM)[:, :, None] + zeros, VLLM, SOFTWARE,
-                   EXACT_FMA), s
+    return _encode(x32, s[:, :, None], _reciprocal(s, VLLM)[:, :, None], VLLM, SOFTWARE, EXACT_FMA), s
 
 
 @triton.jit

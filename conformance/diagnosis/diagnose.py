@@ -895,15 +895,15 @@ def identity(effect: Effect, trigger: list[str]) -> str:
 #: A model whose dimension is not in the trigger fit the bytes by chance (V written with K's strides reads
 #: as V written contiguously when K's cache is contiguous; a head-major write can read as either).
 MISREADS: dict[str, str | tuple[str, ...]] = {
-            "strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
-            "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
-            "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
-            "strides:cache-ignored": "strided-cache", "strides:cache-page-stride": "strided-cache",
-            "strides:cache-inner-stride": "strided-cache",
-            "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
-            # the slots that write nothing dropped from cache_loc: padding's, or out-of-range ones too
-            "padding:slots-compacted": ("padding", "out-of-range"),
-            "out-of-range:written": "out-of-range"}
+    "strides:inputs-ignored": "strided-input", "strides:inputs-heads-ignored": "strided-input",
+    "strides:cache-loc-ignored": "strided-loc", "strides:input-2d-as-dh": "input-2d",
+    "strides:other-cache": "cache-layouts-differ", "strides:other-input": "input-layouts-differ",
+    "strides:cache-ignored": "strided-cache", "strides:cache-page-stride": "strided-cache",
+    "strides:cache-inner-stride": "strided-cache",
+    "padding:wraps-to-end": "padding", "padding:slot-0": "padding",
+    # the slots that write nothing dropped from cache_loc: padding's, or out-of-range ones too
+    "padding:slots-compacted": ("padding", "out-of-range"),
+    "out-of-range:written": "out-of-range"}
 
 
 #: Slot rules that act on each token by its own slot: a token alone at that slot shows them too, so a trigger of
