@@ -33,6 +33,7 @@ from conformance.diagnosis.diagnose import (
 )
 from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
+from strategies.build import DTYPES
 from strategies.case import Case
 
 #: The run's findings by key: (nodeid, finding) pairs; one key, one defect of the report.
@@ -1179,21 +1180,21 @@ def _merge_scale_kinds(groups: Groups) -> None:
 
 #: The input dtypes past bf16, the plain call's, as the ablations name them.
 WIDER_INPUTS = frozenset({"input-float16", "input-float32"})
-INPUT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def _row_bytes(dim: str, case: Case) -> tuple[int, int] | None:
     """(the bytes of the largest token row, H x D inputs, that the trigger dimension says passes; the Case's own
     row bytes), or None for a dimension of no row size."""
-    size = INPUT_BYTES.get(case.input_dtype)
-    if size is None:
+    dtype = DTYPES.get(case.input_dtype)
+    if dtype is None:
         return None
+    size = dtype.itemsize
     if dim.startswith("heads-above:"):
         passing = int(dim.split(":")[1]) * case.head_dim * size
     elif dim.startswith("dim-above:"):
         passing = case.num_heads * int(dim.split(":")[1]) * size
     elif dim in WIDER_INPUTS:
-        passing = case.num_heads * case.head_dim * INPUT_BYTES["bfloat16"]
+        passing = case.num_heads * case.head_dim * DTYPES["bfloat16"].itemsize
     else:
         return None
     return passing, case.num_heads * case.head_dim * size
