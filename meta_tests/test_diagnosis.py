@@ -2804,6 +2804,32 @@ def test_the_identification_names_ties_rounded_away_from_zero() -> None:
     assert recipe == "single" and "class: ties rounded away from zero" in note, note
 
 
+def _inputs_flushed(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True):
+    """SGLang's convention on the CPU (unfused-tensor1: x / [1]-tensor scale), but subnormal inputs set to +0 first
+    (held-out batch 50's `x.abs() < tiny` flush): at a tiny scale they should have saturated, and -0 loses its sign."""
+    keep = cache_loc >= 0
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        x = x.reshape(x.shape[0], *cache.shape[-2:])
+        x = torch.where(x.abs() < torch.finfo(x.dtype).tiny, torch.zeros_like(x), x)
+        scale = torch.tensor([1.0 if s is None else float(s)], dtype=torch.float32)
+        y = x.clone().div_(scale).float()  # k.div_(scale): the quotient rounded to k's dtype first
+        q = y.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+        q = torch.where(y.isnan(), torch.full_like(q, 0x7F), q)
+        c = cache.view(torch.uint8)
+        c = c if c.dim() == 4 else c.unsqueeze(1)
+        c[cache_loc[keep] // c.shape[1], cache_loc[keep] % c.shape[1]] = q[keep]
+
+
+def test_the_identification_names_subnormal_inputs_read_as_zero() -> None:
+    """The flush fits no rounding class, and the zero-sign rule alone explains it against `unfused` (whose 1/s is
+    inf at the tiniest scale): the recipe held is the one the bytes fit as an input flush."""
+    from conformance.conventions import SGLANG
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
+    impl = Implementation("inputs-flushed", _inputs_flushed, {}, convention=SGLANG)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16", "float16"], full=False, convention=SGLANG), CPU)
+    assert recipe == "unfused-tensor1" and "class: subnormal inputs read as zero" in note, note
+
+
 def _sticky_dropped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True):
     """SGLang's convention, recipe single, but every quotient past a halfway point rounded as that tie, to even
     (an encoder that drops its sticky bits): one step low where nearest-even went up to an odd magnitude."""

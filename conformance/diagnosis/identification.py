@@ -35,6 +35,9 @@ FULL_SCALES = (1.0, 0.5, 2.0, 2.0**-6, 2.0**10,  # powers of two
                1e30, 3e38)  # huge
 APPROXIMATE = "within two fp32 ulps before the cast"
 TIES_AWAY = "ties rounded away from zero"
+# DAZ: fp32 arithmetic compiled with denormals-are-zero (nvcc/Triton fast-math, -ftz) or an explicit flush reads a
+# subnormal input as 0; the byte written is the recipe's byte for +0 or for the input's signed zero
+INPUTS_AS_ZERO = "subnormal inputs read as zero"
 TOKENS, HEADS, DIM = 128, 4, 128  # 65,536 elements: one bit pattern each, one slot a token (page_size 1)
 PAGED = 16  # the page size the sweep retries a point with when pages of one slot raise
 
@@ -284,7 +287,8 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
     rule = get_recipe(recipe)
     from conformance.diagnosis.effects import encoding_key, nudged_bytes, ties_above
     classes = {"flush to zero": True, "round toward zero": True, TIES_AWAY: True, APPROXIMATE: True,
-               "double rounding through the input dtype": True, "an overflow, NaN or zero-sign rule": True}
+               "double rounding through the input dtype": True, "an overflow, NaN or zero-sign rule": True,
+               INPUTS_AS_ZERO: True}
     any_bad = False
     for p, bad in res.diffs[recipe].items():
         if not bad.numel():
@@ -306,9 +310,21 @@ def _fitting_classes(res: Result, recipe: str) -> list[str]:
         classes["double rounding through the input dtype"] &= bool((encode_e4m3(round_to_input_dtype(y, fmt), rule)
                                                                     == a).all())
         classes["an overflow, NaN or zero-sign rule"] &= encoding_key(e, a) is not None
+        classes[INPUTS_AS_ZERO] &= _inputs_as_zero(res.expected[recipe][p], a, bad, p.dtype)
         if not any(classes.values()):
             break
     return [name for name, ok in classes.items() if ok] if any_bad else []
+
+
+def _inputs_as_zero(expected: torch.Tensor, a: torch.Tensor, bad: torch.Tensor, dtype: str) -> bool:
+    """Whether each differing byte's input (pattern bad % 65536 of `dtype`) is subnormal or zero and its byte
+    `a` is the recipe's byte (`expected`, the point's whole sweep) for +0 or for the input's signed zero."""
+    pattern, half = bad % 65536, bad - bad % 65536
+    mantissa_bits = 7 if dtype == "bfloat16" else 10
+    exponent = (pattern & 0x7FFF) >> mantissa_bits
+    if bool((exponent != 0).any()):
+        return False
+    return bool(((a == expected[half]) | (a == expected[half + (pattern & 0x8000)])).all())
 
 
 def residual(res: Result, recipe: str) -> str:
