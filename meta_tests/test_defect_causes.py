@@ -626,3 +626,31 @@ def test_v_given_ks_values_replays_alone_as_a_value_defect(tmp_path, monkeypatch
              f"v_cache bytes differ\nsharing: ...\n{_plain(same, impl, CPU)}", same)
     keys = {f.key for f in _findings(info.value, "test_overlap", impl)}
     assert keys and not any("shared" in k or k.startswith("unclassified") for k in keys), keys
+
+
+def _per_head_refuses_zero(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """A calibrated [H] scale "validated" as positive: a head that calibration saw as zeros (scale 0) refused."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    if k_scale.numel() > 1 and bool((k_scale <= 0).any()):
+        raise ValueError(f"k_scale: every per-head scale must be positive, got {k_scale.tolist()}")
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_per_head_raise_on_a_zero_head_is_one_defect_by_its_trigger(tmp_path, monkeypatch):
+    """The [H] values replayed with each zero head set to a nonzero scale: the raise vanishes, so a zero head is
+    its trigger, and raises whose messages list a different number of heads are one defect (held-out batch 51:
+    two keys, `got [N, N]` and `got [N, N, N, ...]`)."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.test_per_head import per_tensor_twin
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_refuses_zero
+    keys = set()
+    for heads in (2, 3):
+        values = {"k_scale": (1.0, 0.0, 0.5)[:heads]}
+        case = _PER_HEAD_CASE.replace(num_heads=heads)
+        exc = ConformanceFailure(f"{impl.__name__}: raises on a valid call with per-head scales ({values}):\n"
+                                 f"{impl.__name__} raised ValueError: k_scale: every per-head scale must be positive, "
+                                 f"got {list(values['k_scale'])}\n\n{per_tensor_twin(case, values, 1)}")
+        keys |= {f.key for f in classify_failure(exc, "test_per_head_scales_are_bit_exact", "test_per_head", {},
+                                                 _per_head_impl(impl), CPU)}
+    assert keys == {"raises:ValueError@head-scale-zero"}, keys

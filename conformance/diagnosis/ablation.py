@@ -431,7 +431,15 @@ def _slots_sorted(case: Case, plain: str) -> Iterator[Case]:
 #: Not a step of the minimization (the plain call's slots need not be sorted; sorting would move every
 #: Case): tried on a Case whose effect is whole tokens at other slots (Diagnoser._order_trigger).
 SLOTS_UNSORTED = Ablation("slots-unsorted", "only when the tokens' slots are not in increasing order", _slots_sorted)
-BY_NAME = {a.name: a for a in (*ABLATIONS, SLOTS_UNSORTED)}
+def _no_zero_head(case: Case, plain: str) -> Iterator[Case]:
+    yield from ()  # a per-head Case holds one scale a cache: per_head.raise_trigger moves the [H] values itself
+
+
+#: Not a step of the minimization either: a per-head call's [H] scales travel beside its Case
+#: (conformance/diagnosis/per_head.py raise_trigger sets each zero head to its tensor's first nonzero scale).
+HEAD_SCALE_ZERO = Ablation("head-scale-zero", "only when a per-head scale is 0 (a head calibration saw only as "
+                           "zeros: amax / 448 = 0)", _no_zero_head, value=True)
+BY_NAME = {a.name: a for a in (*ABLATIONS, SLOTS_UNSORTED, HEAD_SCALE_ZERO)}
 
 
 # -- sizes: what a failure needs of H or D, named by probing other sizes (Diagnoser._sized) -------------

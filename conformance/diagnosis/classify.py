@@ -128,6 +128,7 @@ def normalize(message: str, limit: int = 160) -> str:
     first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
     first = re.sub(r"0x[0-9a-fA-F]+", "0x…", first)
     first = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e[-+]?\d+)?(?![\w.])", "N", first)
+    first = re.sub(r"N(,? N)+", "N, …", first)  # a list of values: its length is the Case's, not the error's
     return first[:limit]
 
 

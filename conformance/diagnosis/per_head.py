@@ -213,7 +213,7 @@ def raise_trigger(case: Case, values: dict[str, Values], step: int, impl: Implem
     """The dimensions of a per-head call's raise: each ablation that keeps the Case's shape, moved back to the
     plain call with the same [H] scales, and named where the call then does not raise (an element's scale
     indexed with the cache's head stride raises on a head-major cache alone)."""
-    from conformance.diagnosis.ablation import ABLATIONS
+    from conformance.diagnosis.ablation import ABLATIONS, HEAD_SCALE_ZERO
     trigger = []
     for ablation in ABLATIONS:
         if not ablation.keeps_shape or ablation.value:
@@ -221,7 +221,16 @@ def raise_trigger(case: Case, values: dict[str, Values], step: int, impl: Implem
         variant = next(iter(ablation.variants(case, impl.convention.plain_scale_kind)), None)
         if variant is not None and _per_head_call(variant, values, step, impl, device) is not None:
             trigger.append(ablation.name)
+    nonzero = {name: _zero_heads_set(v) for name, v in values.items()}
+    if nonzero != values and _per_head_call(case, nonzero, step, impl, device) is not None:
+        trigger.append(HEAD_SCALE_ZERO.name)  # a check such as `(scale <= 0).any()` refusing a calibrated zero
     return trigger
+
+
+def _zero_heads_set(values: Values) -> Values:
+    """The [H] scales with each zero head set to the first nonzero one (all zeros: 1.0)."""
+    other = next((v for v in values if v != 0.0), 1.0)
+    return tuple(other if v == 0.0 else v for v in values)
 
 
 def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Implementation,
