@@ -50,7 +50,16 @@ def _per_head(built: Built, name: str, values: tuple[float, ...], step: int) -> 
 variant_settings = share(2)
 
 
-def per_tensor_twin(case: Case, values: dict[str, tuple[float, ...]], step: int) -> str:
+#: The stride of each [H] scale: one for both, or one a scale (K's and V's drawn apart: a wrapper that passes
+#: one scale's stride for both reads V's scale with K's, seen held out).
+Steps = int | dict[str, int]
+
+
+def step_of(step: Steps, name: str) -> int:
+    return step if isinstance(step, int) else step[name]
+
+
+def per_tensor_twin(case: Case, values: dict[str, tuple[float, ...]], step: Steps) -> str:
     """The line a per-head failure ends with: its [H] scales, and the same call with the Case's own per-tensor
     scales, which the report replays (conformance/diagnosis/classify.py): where that fails too, the defect is
     not the per-head scales' and is diagnosed as every other Case is; where it passes, the report tries the
@@ -136,14 +145,14 @@ def _check_per_head(data, impl, device: torch.device, case: Case) -> None:
     """Bit-exactness of one drawn Case with [H] scales (drawn here) for K, V or both, whole caches compared."""
     which = data.draw(st.sampled_from((("k_scale",), ("v_scale",), ("k_scale", "v_scale"))), label="per_head")
     values = {name: data.draw(per_head_values(case.num_heads), label=f"{name}_per_head") for name in which}
-    step = data.draw(st.sampled_from((1, 2)), label="scale_step")
+    step = {name: data.draw(st.sampled_from((1, 2)), label=f"{name}_step") for name in which}
     expected, actual = build(case, device), build(case, device)
     for name, vals in values.items():
-        expected, actual = _per_head(expected, name, vals, step), _per_head(actual, name, vals, step)
+        expected, actual = (_per_head(b, name, vals, step[name]) for b in (expected, actual))
     run_reference(case, device, expected)
     scales_before = {name: getattr(actual, name)._base.clone() for name in values}
     actual, error = run_impl(case, impl, device, actual)
-    given_scales = "; ".join(f"{name}[h] = {list(vals)} (stride {step})" for name, vals in values.items())
+    given_scales = "; ".join(f"{name}[h] = {list(vals)} (stride {step[name]})" for name, vals in values.items())
     if error:
         fail(impl, f"raises on a valid call with per-head scales ({given_scales}):",
              f"{error}\n{per_tensor_twin(case, values, step)}")

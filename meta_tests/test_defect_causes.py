@@ -654,3 +654,32 @@ def test_a_per_head_raise_on_a_zero_head_is_one_defect_by_its_trigger(tmp_path, 
         keys |= {f.key for f in classify_failure(exc, "test_per_head_scales_are_bit_exact", "test_per_head", {},
                                                  _per_head_impl(impl), CPU)}
     assert keys == {"raises:ValueError@head-scale-zero"}, keys
+
+
+def _v_scale_with_k_stride(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """One stride for both [H] scales, K's ("the two scales are rows of one table"): V's head h reads element
+    h * k_scale.stride(0) of V's buffer (held-out batch 51's Triton wrapper)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    if k_scale.numel() > 1 and v_scale.numel() > 1:
+        v_scale = torch.as_strided(v_scale, v_scale.shape, k_scale.stride())
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_scale_read_with_the_other_scales_stride_is_named_so(tmp_path, monkeypatch):
+    """K's and V's [H] scales are drawn with strides of their own; where they differ, V's scale read with K's
+    stride is named by that reading (with one stride for both, as before, no draw showed it)."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.harness import run_impl
+    from conformance.test_per_head import _per_head
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _per_head_impl(_v_scale_with_k_stride)
+    case = _PER_HEAD_CASE.replace(cache_loc=(1, 0))
+    values, step = {"k_scale": (0.5, 2.0, 0.3), "v_scale": (0.25, 4.0, 0.7)}, {"k_scale": 1, "v_scale": 2}
+    built = build(case, CPU)
+    for name, vals in values.items():
+        built = _per_head(built, name, vals, step[name])
+    _, error = run_impl(case, impl, CPU, built)
+    assert error is None, error
+    [finding] = classify_failure(_per_head_message(impl, case, values, step), "test_per_head_scales_are_bit_exact",
+                                 "test_per_head", {}, impl, CPU)
+    assert finding.key == "scale:per-head-other-stride", finding

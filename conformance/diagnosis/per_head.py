@@ -26,7 +26,7 @@ from conformance.diagnosis.classify import Finding
 from conformance.diagnosis.effects import _same_caches
 from conformance.harness import SuiteError, run_impl, run_reference
 from conformance.impls import Implementation
-from conformance.test_per_head import _per_head
+from conformance.test_per_head import Steps, _per_head, step_of
 from strategies.build import Built, build
 from strategies.case import CACHE_FORMATS, Case
 from strategies.fp import FORMATS, round_to
@@ -91,6 +91,18 @@ def _table(heads: int) -> Callable[[Values, int, str, Values | None], Values | N
     return reading
 
 
+def _other_stride(other_step: int) -> Reading:
+    """A scale's buffer read with the other [H] scale's stride (a wrapper that passes one stride for both, "the
+    two [H] scales are rows of one table"): head h gets element h * other_step, a gap's NaN where that is not a
+    scale; None where the strides agree or the reading leaves the buffer."""
+    def reading(values: Values, step: int, _dtype: str, _other: Values | None) -> Values | None:
+        if other_step == step or (len(values) - 1) * other_step >= len(values) * step:
+            return None
+        buffer = [values[i // step] if i % step == 0 else float("nan") for i in range(len(values) * step)]
+        return tuple(buffer[h * other_step] for h in range(len(values)))
+    return ("scale:per-head-other-stride", "reads a [H] scale with the other [H] scale's stride", reading)
+
+
 # Tiles of 2 to 64 heads, as a Triton program's BLOCK_H makes them; tables of 4 to 32 heads.
 TILES = tuple(2 ** i for i in range(1, 7))
 TABLES = (4, 8, 16, 32)
@@ -114,21 +126,23 @@ READINGS: tuple[Reading, ...] = (
 _SCALES = re.compile(r"per-head scales: (\{[^\n]*?\}); per-tensor twin")
 
 
-def per_head_scales(message: str) -> tuple[dict[str, Values], int] | None:
+def per_head_scales(message: str) -> tuple[dict[str, Values], Steps] | None:
     m = _SCALES.search(message)
     if m is None:
         return None
     try:
         d = json.loads(m.group(1))
-        return {k: tuple(float(x) for x in v) for k, v in d["values"].items()}, int(d["step"])
+        values = {k: tuple(float(x) for x in v) for k, v in d["values"].items()}
+        step = d["step"]
+        return values, (int(step) if not isinstance(step, dict) else {k: int(step[k]) for k in values})
     except (ValueError, KeyError, TypeError):
         return None
 
 
-def _with(case: Case, device: torch.device, values: dict[str, Values], step: int) -> Built:
+def _with(case: Case, device: torch.device, values: dict[str, Values], step: Steps) -> Built:
     built = build(case, device)
     for name, vals in values.items():
-        built = _per_head(built, name, vals, step)
+        built = _per_head(built, name, vals, step_of(step, name))
     return built
 
 
@@ -141,7 +155,7 @@ def _differing(a: Built, b: Built) -> list[str]:
     return [c for c in ("k_cache", "v_cache") if not torch.equal(_bytes(a, c), _bytes(b, c))]
 
 
-def _per_head_call(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+def _per_head_call(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                    device: torch.device) -> tuple[Built, Built] | None:
     """The reference's and the implementation's call with these [H] scales; None where the implementation raises."""
     actual, error = run_impl(case, impl, device, _with(case, device, values, step))
@@ -208,7 +222,7 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
                              replayable=False)]
 
 
-def raise_trigger(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+def raise_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                   device: torch.device) -> list[str]:
     """The dimensions of a per-head call's raise: each ablation that keeps the Case's shape, moved back to the
     plain call with the same [H] scales, and named where the call then does not raise (an element's scale
@@ -233,7 +247,7 @@ def _zero_heads_set(values: Values) -> Values:
     return tuple(other if v == 0.0 else v for v in values)
 
 
-def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+def per_head_cause(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                    device: torch.device) -> Finding | None:
     """The one wrong reading of the [H] scales that gives every byte of each cache the call got wrong."""
     called = _per_head_call(case, values, step, impl, device)
@@ -243,7 +257,7 @@ def per_head_cause(case: Case, values: dict[str, Values], step: int, impl: Imple
             or _other_recipe(case, values, step, *called, device))
 
 
-def _other_recipe(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
+def _other_recipe(case: Case, values: dict[str, Values], step: Steps, expected: Built, actual: Built,
                   device: torch.device) -> Finding | None:
     """Another recipe with the same [H] scales, where it gives every byte of each cache the call got wrong: a
     per-head path with arithmetic of its own (the H reciprocals computed once, every element multiplied by
@@ -270,7 +284,7 @@ def _other_recipe(case: Case, values: dict[str, Values], step: int, expected: Bu
     return None
 
 
-def _other_format(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
+def _other_format(case: Case, values: dict[str, Values], step: Steps, expected: Built, actual: Built,
                   device: torch.device) -> Finding | None:
     """The reference on the same tensors told another cache format (the caches as their bytes, the format
     passed as `cache_dtype`), where it gives every byte of each cache the call got wrong."""
@@ -294,7 +308,7 @@ def _other_format(case: Case, values: dict[str, Values], step: int, expected: Bu
     return None
 
 
-def only_where_t_equals_h(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+def only_where_t_equals_h(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                           device: torch.device) -> bool:
     """Whether the per-head call fails only where T = H: the same [H] scales with a token added and with one
     dropped give right bytes (a scale put on "the axis of length H" by its length, seen held out)."""
@@ -309,7 +323,7 @@ def only_where_t_equals_h(case: Case, values: dict[str, Values], step: int, impl
     return True
 
 
-def per_head_size_rule(case: Case, values: dict[str, Values], step: int, impl: Implementation,
+def per_head_size_rule(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                        device: torch.device) -> SizeRule | None:
     """The rule on D a per-head failure follows: the per-head call replayed at each probed D with the same [H]
     scales (a size that passes, once more with other values), and the first rule every outcome follows, where
@@ -364,7 +378,7 @@ def _holds_on_distinct(case: Case, values: dict[str, Values], name: str, cache: 
 DISTINCT_SEEDS = 4
 
 
-def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, actual: Built,
+def _reading(case: Case, values: dict[str, Values], step: Steps, expected: Built, actual: Built,
              device: torch.device, impl: Implementation) -> Finding | None:
     """per_head_cause on the call's bytes; a reading that fits is held to distinct scales too."""
     named: dict[str, Reading] = {}
@@ -372,9 +386,11 @@ def _reading(case: Case, values: dict[str, Values], step: int, expected: Built, 
         cache = "k_cache" if name == "k_scale" else "v_cache"
         if torch.equal(_bytes(expected, cache), _bytes(actual, cache)):
             continue
-        other = values.get("v_scale" if name == "k_scale" else "k_scale")
-        for reading in READINGS:
-            alt = reading[2](vals, step, case.input_dtype, other)
+        other_name = "v_scale" if name == "k_scale" else "k_scale"
+        other = values.get(other_name)
+        readings = READINGS if other is None else (_other_stride(step_of(step, other_name)), *READINGS)
+        for reading in readings:
+            alt = reading[2](vals, step_of(step, name), case.input_dtype, other)
             if alt is None or alt == vals:
                 continue
             try:
