@@ -25,7 +25,7 @@ from strategies.build import BITS_DTYPES, DTYPES, build
 from strategies.case import CACHE_DTYPES, LOC_DTYPES, SCALE_KINDS, Case, Layout, Scale
 from strategies.fp import e4m3_value, f32, from_bits
 from strategies.layouts import CACHE_KINDS, INPUT_KINDS, tagged_layouts
-from strategies.scales import per_head_values
+from strategies.scales import per_head_values, scale_values
 from strategies.ties import (
     decisive_input_ties,
     e4m3_tie_overrides,
@@ -319,6 +319,20 @@ def test_per_head_scales_hold_a_zero_head_at_a_useful_rate() -> None:
 
     collect()
     assert seen["zero head"] >= 20, f"a zero head in {seen['zero head']} of 200 draws of four heads"
+
+
+def test_scales_hold_a_value_near_one_at_a_useful_rate() -> None:
+    """A scale within 2**-8 of 1 but not 1 (a fast path that skips the division for "a bf16-rounded 1.0" writes
+    such a scale's values unscaled; held-out batch 51's went unseen)."""
+    seen = Counter()
+
+    @settings(max_examples=300, **INNER)
+    @given(scale_values())
+    def collect(value: float) -> None:
+        seen["near one"] += value != 1.0 and abs(value - 1.0) <= 2.0**-8
+
+    collect()
+    assert seen["near one"] >= 5, f"a scale near 1 in {seen['near one']} of 300 draws"
 
 
 def test_min_heads_is_checked_when_the_strategy_is_built() -> None:
