@@ -2878,6 +2878,38 @@ def test_slots_left_unwritten_under_a_moving_defects_trigger_are_that_defect() -
         assert sorted(groups) == sorted(keys)
 
 
+def test_tokens_moved_only_with_padding_beside_its_padding_rule_are_that_rule() -> None:
+    """Padding tested as `!= -1` (held-out batch 50's pair, beside a flush of subnormal inputs): wraps -2 to the
+    end, raises on -7, and in a Case where the flush changed bytes too, the wrap's model missed and the move read
+    as whole tokens moved. One defect under the padding rule; beside two padding rules, or under another trigger,
+    the move stays its own."""
+    from conformance.diagnosis.report import _merge_moved_padding, _merge_raises
+    groups = _groups("padding:wraps-to-end@padding", "wrong-slot:tokens-moved@padding", "raises:IndexError@padding")
+    _merge_moved_padding(groups)
+    _merge_raises(groups)
+    assert list(groups) == ["padding:wraps-to-end@padding"], list(groups)
+    for keys in (("padding:wraps-to-end@padding", "padding:slot-0@padding", "wrong-slot:tokens-moved@padding"),
+                 ("padding:wraps-to-end@padding", "wrong-slot:tokens-moved@padding+page-size")):
+        groups = _groups(*keys)
+        _merge_moved_padding(groups)
+        assert sorted(groups) == sorted(keys)
+
+
+def test_slots_left_unwritten_under_a_wrong_bounds_trigger_are_that_bound() -> None:
+    """A 3-D pool bounded a page short (held-out batch 51's pair) skips the last page's slots: a Case naming the last
+    slot reads as that slot unwritten. One defect under the wrong bound; under a trigger without the bound's, or
+    without the last slot, it stays its own."""
+    from conformance.diagnosis.report import _merge_wrong_bound
+    groups = _groups("out-of-range:wrong-bound@cache-3d", "wrong-slot:unwritten@cache-3d+last-slot")
+    _merge_wrong_bound(groups)
+    assert list(groups) == ["out-of-range:wrong-bound@cache-3d"], list(groups)
+    for keys in (("out-of-range:wrong-bound@cache-3d", "wrong-slot:unwritten@page-size+last-slot"),
+                 ("out-of-range:wrong-bound@padding", "wrong-slot:unwritten@padding")):  # not the top of the cache
+        groups = _groups(*keys)
+        _merge_wrong_bound(groups)
+        assert sorted(groups) == sorted(keys)
+
+
 def test_a_diagnosis_that_fails_says_so_beside_the_failures_text(monkeypatch) -> None:
     """When every replay of a failure's diagnosis raises (a bug of this suite's), the failure is read from its
     text alone, and its finding says why: the suite's own error is not left to pass for the implementation's."""

@@ -302,6 +302,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_overrun(groups)
     _merge_old_bytes_symptoms(groups)
     _merge_wider(groups)
+    _merge_moved_padding(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _merge_misread_raise(groups)
     _merge_misread_unexplained(groups)
@@ -836,6 +837,17 @@ MOVES_TOKENS = ("wrong-slot:tokens-moved", "wrong-slot:loc-int32-words", "stride
                 "out-of-range:written")
 
 
+def _merge_moved_padding(groups: Groups) -> None:
+    """Whole tokens moved only with padding, beside the run's one padding rule of that very trigger, are that rule:
+    a padding slot the kernel takes for a real one lands where the rule says, and the Case that shows it held a
+    second defect's bytes too, so the rule's model missed some of them (held-out batch 50's pair: padding tested
+    as `!= -1`, beside subnormal inputs flushed)."""
+    for key in [k for k in groups if k.startswith("wrong-slot:tokens-moved@") and "padding" in trigger_set(k)]:
+        hosts = [h for h in groups if class_of(h) == "padding" and trigger_set(h) == trigger_set(key)]
+        if len(hosts) == 1:
+            _move(groups, key, lambda _n, _f, host=hosts[0]: (host, " (padding tokens written as real ones)"))
+
+
 def _merge_unwritten_into_moved(groups: Groups) -> None:
     """Slots left unwritten under the very trigger of the run's one defect that moves tokens are that defect: a slot
     computed with the wrong page size moves the tokens it keeps in the cache and skips those it sends past it, and
@@ -1301,6 +1313,11 @@ def _merge_wrong_bound(groups: Groups) -> None:
     for key in [k for k in groups if class_of(k) in ("raises", "crash", "out-of-range") and k != hosts[0]
                 and "out-of-range" in trigger_set(k)]:
         _move(groups, key, lambda _n, _f: (hosts[0], " (slots past the cache but below the wrong bound)"))
+    # and the last slot left unwritten, under the bound's whole trigger, is an in-range slot past it (a pool
+    # bounded a page short skips the last page's slots; its Case that named the last slot read as "unwritten")
+    for key in [k for k in groups if k.startswith("wrong-slot:unwritten@") and hosts[0] in groups
+                and trigger_set(hosts[0]) | {"last-slot"} <= trigger_set(k)]:
+        _move(groups, key, lambda _n, _f: (hosts[0], " (an in-range slot past the wrong bound, skipped)"))
 
 
 def _merge_same_exception(groups: Groups) -> None:
