@@ -2858,6 +2858,40 @@ def test_rounding_without_sticky_bits_is_named_so() -> None:
     assert found == {"rounds-sticky-lost@any"}, found
 
 
+def _product_in_float64(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                        use_triton=True):
+    """SGLang's convention, recipe single, but x * fl32(1/s) kept exact in float64 and rounded once to e4m3 by a
+    nearest-value search (held-out batch 51's float64 software encoder): fp32's rounding of the product skipped."""
+    keep = cache_loc >= 0
+    magnitudes = torch.arange(0x7F, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double()
+    for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        r = torch.tensor(1.0) / torch.tensor(1.0 if s is None else float(s), dtype=torch.float32)
+        y = x.reshape(x.shape[0], *cache.shape[-2:]).double() * r.double()
+        d = (magnitudes - y.abs().clamp(max=448).unsqueeze(-1)).abs()
+        nearest = d == d.min(-1, keepdim=True).values
+        even = nearest & (torch.arange(0x7F) % 2 == 0)  # a tie goes to the even code
+        code = torch.where(even.any(-1), even.int().argmax(-1), nearest.int().argmax(-1)).to(torch.uint8)
+        q = torch.where(torch.signbit(y), code | 0x80, code)
+        q = torch.where(y.isnan(), torch.full_like(q, 0x7F), q)
+        c = cache.view(torch.uint8)
+        c = c if c.dim() == 4 else c.unsqueeze(1)
+        c[cache_loc[keep] // c.shape[1], cache_loc[keep] % c.shape[1]] = q[keep]
+
+
+def test_a_product_not_rounded_to_fp32_is_named_so() -> None:
+    """An encoder in float64 rounds x * fl32(1/s) once: only where fp32's rounding of the product lands on an e4m3
+    tie does it differ (an fp32 input one ulp above 1.0625 * 0.3). Read on a few bytes, `rounding:divide` fit too
+    and came first (batch 51: two defects for this one cause); re-drawn values leave the unrounded product."""
+    from conformance.conventions import SGLANG
+    from strategies.case import Override
+    impl = Implementation("product-in-float64", _product_in_float64, {}, recipe="single", convention=SGLANG)
+    case = Case(num_tokens=2, num_heads=1, head_dim=8, page_size=4, num_pages=1, cache_loc=(0, 1),
+                k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.3), seed=3, recipe="single",
+                input_dtype="float32", overrides=(Override("k", 0, 0x3EA33334), Override("k", 9, 0x3F233334)))
+    found = {f.key for f in Diagnoser(impl, CPU).diagnose(case)}
+    assert {k.split("@")[0] for k in found} == {"rounding:unrounded"}, found
+
+
 def test_slots_left_unwritten_under_a_moving_defects_trigger_are_that_defect() -> None:
     """A slot computed with a hard-coded page size of 16 moves the tokens it keeps in the cache and skips those it
     sends past it: a one-token Case shows only the unwritten slot, under the same trigger (a final check's kernel

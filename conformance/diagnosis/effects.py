@@ -71,6 +71,8 @@ TITLES = {
                                      "only: ±0 and subnormals read as ±2**-15 x (1 + m/1024)",
     "input-misread:float16": "reads its input's bytes as float16 (another input dtype's path: bfloat16 bits as "
                              "float16, or float32 read through a float16 pointer)",
+    "rounding:unrounded": "does not round its quotient or product to fp32 before the fp8 rounding (a float64 "
+                          "intermediate, or the multiply fused into the conversion)",
     "approximate-division": "is not correctly rounded: within two fp32 ulps of the recipe's value before the "
                             "e4m3 cast (an approximate division or reciprocal)",
     "off-by-one-ulp": "is not correctly rounded: within one e4m3 ulp of the recipe's byte",
@@ -1463,6 +1465,29 @@ def _applied_twice(rows: _Rows, held: str) -> list[torch.Tensor]:
     return [_quantized(y, s, held, rows.case.cache_format) for y in once]
 
 
+def _round_to_odd_fp32(y: torch.Tensor) -> torch.Tensor:
+    """float64 to float32 rounded to odd (toward zero, the last bit set where inexact): a second rounding to fp8's
+    few bits then rounds as once from y itself."""
+    t = y.to(torch.float32)
+    exact = (t.double() == y) | ~torch.isfinite(y)
+    bits = t.view(torch.int32)
+    bits = torch.where((t.double().abs() > y.abs()) & ~exact, bits - 1, bits)  # a magnitude one ulp toward zero
+    return torch.where(exact, bits, bits | 1).view(torch.float32)
+
+
+def _unrounded(rows: _Rows, held: str) -> torch.Tensor | None:
+    """The held recipe's quotient (x / s) or product (x * fl32(1/s)) in float64, rounded once into the cache's
+    format: an encoder that works in double, or a multiply fused into the conversion. Only for recipes with no
+    input-dtype rounding, where fp32's rounding is the one step it skips."""
+    rule = get_recipe(held)
+    if rule.intermediate != "none" or rule.scale_dtype != "fp32":
+        return None
+    s = torch.tensor(_scale_value(rows.scale), dtype=torch.float32)
+    x = rows.x.double()
+    y = x * (torch.ones_like(s) / s).double() if rule.scale_op == "mul_reciprocal" else x / s.double()
+    return _quantized(_round_to_odd_fp32(y), 1.0, "divide", rows.case.cache_format)
+
+
 def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Callable[[], torch.Tensor | list]]]:
     rows = w.rows
     if case.cache_format != "fp8_e4m3":  # first: a kernel that writes e4m3 whatever it is told
@@ -1474,6 +1499,9 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for r in RECIPES:
         if r != held:
             yield f"rounding:{r}", lambda r=r: rows.q(r)
+    unrounded = _unrounded(rows, held)
+    if unrounded is not None:  # after the recipes: on a few bytes, one of them may fit too, and re-drawn values tell
+        yield "rounding:unrounded", lambda: unrounded
     for key, value in _scale_variant_values(rows).items():
         if key == "scale:inverted":  # x * s itself (x / fl(1/s) rounds otherwise), under any recipe's steps
             yield key, lambda: [_multiplied(rows, r) for r in RECIPES]
