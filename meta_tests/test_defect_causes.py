@@ -683,3 +683,24 @@ def test_a_scale_read_with_the_other_scales_stride_is_named_so(tmp_path, monkeyp
     [finding] = classify_failure(_per_head_message(impl, case, values, step), "test_per_head_scales_are_bit_exact",
                                  "test_per_head", {}, impl, CPU)
     assert finding.key == "scale:per-head-other-stride", finding
+
+
+def _unit_scale_tolerance(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """A unit-scale fast path with a tolerance: a scale within 2**-8 of 1 ("a bf16-rounded 1.0") is not applied
+    (held-out batch 51's pair)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    k_scale, v_scale = (torch.ones_like(s) if abs(float(s) - 1.0) <= 2.0**-8 else s for s in (k_scale, v_scale))
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_scale_near_one_taken_for_one_is_named_so() -> None:
+    """At 1.003 the bytes fit a scale ignored, and, through a recipe that rounds the scale to bf16, a scale held in
+    fp16; at the telling scales the call is right, which refutes the scale ignored: what is left is the scale near 1
+    taken for 1, a model only at such a scale (batch 51 read it as scale:held-float16)."""
+    from conformance.diagnosis.diagnose import Diagnoser
+    impl = Implementation("unit-tolerance", _unit_scale_tolerance, convention=detect(_unit_scale_tolerance))
+    case = Case(num_tokens=1, num_heads=2, head_dim=64, page_size=16, num_pages=5, cache_loc=(1,),
+                k_scale=Scale("tensor1", 1.003000020980835), v_scale=Scale("tensor0d", 1.003000020980835), seed=5,
+                recipe="divide")
+    found = {f.key.split("@")[0] for f in Diagnoser(impl, CPU).diagnose(case)}
+    assert found == {"scale:near-one-ignored"}, found

@@ -240,11 +240,18 @@ def _rounded_scale(value: float, dtype: torch.dtype) -> float:
     return torch.tensor(value, dtype=torch.float32).to(dtype).float().item()
 
 
+#: The widest tolerance of a "unit scale" fast path modelled: |s - 1| <= 2**-7 taken for 1 (a bf16-rounded 1.0, an
+#: allclose); only at such a scale is scale:near-one-ignored a model, so that a call at other scales never refutes it.
+NEAR_ONE = 2.0**-7
+
+
 def _scale_variant_values(rows: _Rows) -> dict[str, float]:
     """The scale each scale variant uses in place of the cache's own: None, the other cache's, 1/s, and the
     scale held in bf16 or fp16 (a writer that stores its scale narrower than the reader's fp32)."""
     own = _scale_value(rows.scale)
-    variants = [(1.0, "scale:ignored"), (_scale_value(rows.other), "scale:swapped"),
+    near_one = own != 1.0 and abs(own - 1.0) <= NEAR_ONE
+    variants = [(1.0, "scale:ignored"), (1.0 if near_one else None, "scale:near-one-ignored"),
+                (_scale_value(rows.other), "scale:swapped"),
                 (1.0 / own if 0 < own < float("inf") else None, "scale:inverted"),
                 (_rounded_scale(own, torch.float16), "scale:held-float16"),
                 (_rounded_scale(own, torch.bfloat16), "scale:held-bfloat16")]
@@ -289,9 +296,13 @@ def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
 def explanation_title(key: str, which: str, held: str) -> str:
     """The title of a rounding or scale finding, by its explanation key."""
     name = "k_scale" if which == "k_cache" else "v_scale"
-    if key.startswith("rounding:"):
+    if key.startswith("rounding:") and key != "rounding:unrounded":
         return f"computes {key.split(':', 1)[1]} where {held} is asked"
+    if key == "rounding:unrounded":
+        return f"does not round {held}'s quotient or product to fp32 before the fp8 rounding"
     return {"scale:ignored": f"ignores a scale: writes {which} as if {name} were None",
+            "scale:near-one-ignored": f"takes {name} near 1 for 1 and skips it (a unit-scale fast path with a "
+                                      "tolerance)",
             "scale:swapped": f"writes {which} with the other cache's scale",
             "scale:inverted": f"multiplies {which} by {name} instead of dividing by it",
             "scale:held-float16": f"holds {name} in float16 (rounds it before using it)",

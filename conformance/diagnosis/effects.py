@@ -90,6 +90,7 @@ TITLES = {
     "scale:ignored": "ignores a scale (writes a cache as if its scale were 1.0)",
     "scale:swapped": "writes a cache with the other cache's scale",
     "scale:inverted": "multiplies by the scale instead of dividing by it",
+    "scale:near-one-ignored": "takes a scale near 1 for 1 and skips it (a unit-scale fast path with a tolerance)",
     "scale:held-float16": "holds the scale in float16 (rounds it before using it)",
     "scale:held-bfloat16": "holds the scale in bfloat16 (rounds it before using it)",
     "scale:power-of-two": "rounds its scale up to a power of two before using it (a UE8M0 scale's ceil)",
@@ -222,7 +223,7 @@ def title_of(key: str, held: str = "") -> str:
                 f"2**{emin} (another format's), coarser than the cache's")
     if effect.startswith("scale:floored:"):
         return f"puts a floor of {effect.split(':', 2)[2]} under its scale (a smaller scale, legal, is not used)"
-    if effect.startswith("rounding:"):
+    if effect.startswith("rounding:") and effect not in TITLES:
         return f"computes {effect.split(':', 1)[1]}" + (f" where {held} is asked" if held else "")
     if effect.startswith("encoding:") and "+" in effect:
         return "; ".join(TITLES.get("encoding:" + part, part) for part in effect.split(":", 1)[1].split("+"))
