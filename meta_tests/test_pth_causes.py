@@ -153,6 +153,21 @@ def test_scale_caches_written_as_contiguous_are_named():
     assert found is not None and found.key == "per-token-head:scale-caches-as-contiguous", found
 
 
+def test_a_cache_loc_read_as_contiguous_is_named():
+    """Held-out batch fifty's pair read slot_mapping as `slot_mapping_ptr + token_idx` does, its stride ignored:
+    a column of a [T, 2] tensor gives token t the t-th word from its start. Read as `per-token-head:values`, no
+    cause named."""
+    def flat_loc(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache, v_scale_cache):
+        loc = slot_mapping.as_strided(slot_mapping.shape, (1,), slot_mapping.storage_offset())
+        example.reshape_and_cache(key, value, key_cache, value_cache, loc, k_scale_cache=k_scale_cache,
+                                  v_scale_cache=v_scale_cache)
+    impl = Implementation("pth", flat_loc, convention=get_convention("vllm-per-token-head"))
+    pc = dataclasses.replace(_CASE, case=_CASE.case.replace(loc_step=2))
+    found = pth_cause(pc, impl, CPU)
+    assert found is not None and found.key == "per-token-head:cache-loc-stride-ignored", found
+    assert pth_cause(_CASE, impl, CPU) is None  # a contiguous cache_loc: nothing to name, nothing wrong
+
+
 def test_a_write_whose_scale_caches_default_to_none_is_held_to_inline_scales_too():
     """Held-out batch thirty-two's inline write in vLLM's per-token-head signature (`k_scale_cache=None`) was
     never called inline, and its report said it conforms; the example, whose scale caches have no default,

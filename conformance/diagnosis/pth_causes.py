@@ -21,8 +21,9 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - the right scale used for the bytes, and its reciprocal stored (the factor the quantizer multiplied by);
 - the right scale used for the bytes, and stored rounded to a bf16/fp16 input's dtype (a staging buffer made
   like the input, `torch.empty_like(x[..., 0])`).
-Before them, separate scale caches are tried addressed as contiguous from their first element (their strides
-ignored), where the scales land when a kernel computes their offsets from the shape.
+Before them, a strided cache_loc is tried read as contiguous (tokens at other tokens' slots), and separate scale
+caches addressed as contiguous from their first element (their strides ignored), where the scales land when a
+kernel computes their offsets from the shape.
 None: no such rule explains it.
 """
 
@@ -189,13 +190,20 @@ def _scale_caches_contiguous(plan: PTHPlan) -> PTHPlan:
                                v_scale_cache=_as_contiguous(plan.v_scale_cache))
 
 
+def _loc_contiguous(call: dict) -> dict:
+    """cache_loc read as contiguous from its first element (its stride ignored: `slot_mapping_ptr + token_idx`)."""
+    loc = call["cache_loc"]
+    return {**call, "cache_loc": loc.as_strided(loc.shape, (1,), loc.storage_offset())}
+
+
 def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecipe, scales: Scales,
                     stored: Scales | None = None, place: Callable[[PTHPlan], PTHPlan] | None = None,
-                    ) -> dict[str, torch.Tensor]:
+                    read: Callable[[dict], dict] | None = None) -> dict[str, torch.Tensor]:
     """The reference's bytes with `scales` in place of the recipe's rule; with `stored`, the data quantized by
-    `scales` and the scales `stored` gives written beside it; with `place`, the plan as a kernel misreads it."""
+    `scales` and the scales `stored` gives written beside it; with `place`, the plan as a kernel misreads it;
+    with `read`, the call's arguments as a kernel misreads them."""
     b = build_pth(pc, device)
-    plan = make_pth_plan(**b.call())
+    plan = make_pth_plan(**(b.call() if read is None else read(b.call())))
     plan = plan if place is None else place(plan)
 
     def quantize(x: torch.Tensor, _held: PerTokenHeadRecipe) -> tuple[torch.Tensor, torch.Tensor]:
@@ -247,6 +255,12 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                       "(past 65504 the amax and the scale are inf, and the head's finite values are written as "
                       "zeros)", _amax_in_fp16))
     plains = {held.name: [_reference_with(c, device, held, head_scales) for c in cases]}
+    if pc.case.loc_step != 1 and pc.case.num_tokens > 1:  # where the tokens go: a strided cache_loc read as contiguous
+        want = [_reference_with(c, device, held, head_scales, read=_loc_contiguous) for c in cases]
+        if all(_same(w, g) for w, g in zip(want, got)):
+            return Finding("per-token-head", "per-token-head:cache-loc-stride-ignored", "with dynamic "
+                           "per-(token, head) scales, reads cache_loc ignoring its stride (as if contiguous from its "
+                           "first element), so tokens land at other tokens' slots", replayable=False)
     if pc.layout == "separate":  # where the scales go, under the held recipe
         want = [_reference_with(c, device, held, head_scales, place=_scale_caches_contiguous) for c in cases]
         plain = plains[held.name]

@@ -507,7 +507,8 @@ SYMPTOM_ONLY = ("raises", "crash", "input-modified")
 PLACEMENT = ("strides", "padding", "out-of-range", "big-cache", "overrun")
 #: Per-token-head effects that write out of place (scales put where their caches' strides do not say, bytes in
 #: slots no token names): the family's Cases are not ablated, so these keys carry no placement class.
-PTH_PLACEMENT = ("per-token-head:scale-caches-as-contiguous", "per-token-head:writes-outside")
+PTH_PLACEMENT = ("per-token-head:scale-caches-as-contiguous", "per-token-head:writes-outside",
+                 "per-token-head:cache-loc-stride-ignored")
 #: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
 READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input")
 #: The properties that an input or cache_loc is left unchanged: what fails them was written.
