@@ -88,3 +88,28 @@ def located_diff(expected: PTHBuilt, actual: PTHBuilt) -> str | None:
             lines.append(f"  {name}[{i}] expected 0x{int(e[i]) & mask:0{width}X} actual 0x{int(a[i]) & mask:0{width}X}"
                          f"{where}")
     return "\n".join(lines) or None
+
+
+def _slot_rows(b: PTHBuilt, name: str) -> torch.Tensor:
+    """A cache's view as one row of bytes a slot: [num_slots, H * (D or D + 4)]."""
+    cache = b.call()[name]
+    return bits(cache).reshape(b.pc.case.num_slots, -1).cpu()
+
+
+def misplaced(expected: PTHBuilt, actual: PTHBuilt, before: PTHBuilt) -> bool:
+    """Whether a cache holds a row where no token's row belongs (a slot no token names changed) or another
+    token's row at a named slot (its own row not there): bytes written out of place, where a value defect only
+    writes other values at the right slots. Rows of one byte repeated (an all-zero head) tell nothing."""
+    named = {s for s in expected.pc.case.cache_loc if 0 <= s < expected.pc.case.num_slots}
+    for name in ("k_cache", "v_cache"):
+        e, a, old = (_slot_rows(b, name) for b in (expected, actual, before))
+        for slot in range(e.shape[0]):
+            if slot not in named:
+                if not torch.equal(a[slot], old[slot]):
+                    return True
+                continue
+            if torch.equal(a[slot], e[slot]) or bool((a[slot] == a[slot][0]).all()):
+                continue
+            if any(torch.equal(a[slot], e[other]) for other in named if other != slot):
+                return True
+    return False

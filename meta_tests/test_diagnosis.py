@@ -2069,6 +2069,15 @@ def test_what_the_h200_showed_beside_one_misread_joins_it() -> None:
     assert len(two) == 4, sorted(two)  # two hosts: nothing to choose between
 
 
+def test_an_example_that_failed_then_passed_joins_a_scale_read_past_its_buffer() -> None:
+    """V's [H] scale read with K's larger stride reads past its buffer, whatever memory follows: batch 51's
+    report named the reading and, apart, `state:unrepeatable` for the same cause."""
+    from conformance.diagnosis.report import _attribute_unrepeatable
+    groups = _groups("scale:per-head-other-stride", "state:unrepeatable")
+    _attribute_unrepeatable(groups)
+    assert list(groups) == ["scale:per-head-other-stride"], list(groups)
+
+
 def test_an_input_changed_between_calls_joins_the_one_defect_that_writes_out_of_place() -> None:
     """An input changed by an example that then passed (a stray write that lands elsewhere on the next call) was
     written: with one defect reading inputs without their strides and one writing V with K's, it is the writer's

@@ -28,3 +28,48 @@ def test_each_changed_element_is_reported_once_at_its_place(pc, data):
     report = located_diff(expected, actual)
     assert report is not None and f"{name}[{i}] expected" in report, report
     assert report.count(" expected 0x") == 1, report
+
+
+
+def _row(b, s: int) -> torch.Tensor:
+    """Slot s's [H, D(+4)] bytes of b's K cache, a view."""
+    cache = b.call()["k_cache"].view(torch.uint8)
+    return cache[s // cache.shape[1], s % cache.shape[1]] if cache.dim() == 4 else cache[s]
+
+
+def _written(pc):
+    b = build_pth(pc)
+    kernel.naive_fp8_set_kv_buffer(**b.call())
+    return b
+
+
+@settings(max_examples=40, deadline=None)
+@given(pc=pth_cases(BASE), data=st.data())
+def test_rows_out_of_place_are_told_from_wrong_values(pc, data):
+    """A byte of a named slot's row changed is a wrong value at the right place; another token's row at a named
+    slot, or a row written at a slot no token names, is out of place (conformance/test_per_token_head.py raises
+    the two apart). A row of one repeated byte tells nothing."""
+    from conformance.pth_bytediff import misplaced
+    expected = _written(pc)
+    named = sorted({s for s in pc.case.cache_loc if 0 <= s < pc.case.num_slots})
+    assert not misplaced(expected, _written(pc), build_pth(pc))
+    if named:
+        actual = _written(pc)
+        row = _row(actual, data.draw(st.sampled_from(named), label="slot"))
+        row[data.draw(st.integers(0, row.shape[0] - 1), label="head"), 0] ^= 0x01
+        assert not misplaced(expected, actual, build_pth(pc))
+        row.fill_(0)
+        assert not misplaced(expected, actual, build_pth(pc))
+    pairs = [(s, t) for s in named for t in named if s != t and not torch.equal(_row(expected, s), _row(expected, t))
+             and not bool((_row(expected, t) == _row(expected, t).flatten()[0]).all())]
+    if pairs:
+        actual = _written(pc)
+        s, t = data.draw(st.sampled_from(pairs), label="pair")
+        _row(actual, s).copy_(_row(expected, t))
+        assert misplaced(expected, actual, build_pth(pc))
+    unnamed = [s for s in range(pc.case.num_slots) if s not in named]
+    if unnamed:
+        actual = _written(pc)
+        row = _row(actual, unnamed[0])
+        row.copy_(row ^ 0x01)
+        assert misplaced(expected, actual, build_pth(pc))

@@ -509,8 +509,10 @@ PLACEMENT = ("strides", "padding", "out-of-range", "big-cache", "overrun")
 #: slots no token names): the family's Cases are not ablated, so these keys carry no placement class.
 PTH_PLACEMENT = ("per-token-head:scale-caches-as-contiguous", "per-token-head:writes-outside",
                  "per-token-head:cache-loc-stride-ignored")
-#: Placement effects that only read out of place (inputs read with the wrong strides): they change no memory.
-READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input")
+#: Placement effects that only read out of place (inputs read with the wrong strides; a [H] scale read with the
+#: other's larger stride, past its buffer): they change no memory.
+READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input",
+              "scale:per-head-other-stride")
 #: The properties that an input or cache_loc is left unchanged: what fails them was written.
 ISOLATION_TEST = "conformance/test_isolation.py::"
 CUDA_ERRORS = ("illegal memory access", "CUDA error", "cudaError", "AcceleratorError")
@@ -655,7 +657,7 @@ def _attribute_row_findings(groups: Groups, nodes: dict[str, Node]) -> None:
 
 def _places(key: str) -> bool:
     """Whether a key's effect reads or writes out of place."""
-    return class_of(key) in PLACEMENT or key.split("@", 1)[0] in PTH_PLACEMENT
+    return class_of(key) in PLACEMENT or key.split("@", 1)[0] in (*PTH_PLACEMENT, *READS_ONLY)
 
 
 def _writers(keys: list[str]) -> list[str]:
@@ -1292,7 +1294,8 @@ def _attribute_unrepeatable(groups: Groups) -> None:
     on the H200 for Triton kernels reading with another tensor's strides, or writing past the cache). An
     input changed that way was changed by a write: of the run's one defect that writes out of place (an
     H100 run with one defect reading inputs without their strides, another writing V with K's)."""
-    hosts = [k for k in _hosts(groups) if _places(k)]
+    # and the out-of-place effects of families whose Cases are not ablated (per-head, per-token-head): no trigger
+    hosts = [k for k in _hosts(groups) if _places(k)] + [k for k in groups if k in (*PTH_PLACEMENT, *READS_ONLY)]
     writers = _writers(hosts)
 
     def host_of(nodeid: str, f: Finding) -> tuple[str, str] | None:
