@@ -90,26 +90,45 @@ def located_diff(expected: PTHBuilt, actual: PTHBuilt) -> str | None:
     return "\n".join(lines) or None
 
 
-def _slot_rows(b: PTHBuilt, name: str) -> torch.Tensor:
-    """A cache's view as one row of bytes a slot: [num_slots, H * (D or D + 4)]."""
-    cache = b.call()[name]
-    return bits(cache).reshape(b.pc.case.num_slots, -1).cpu()
+
+def _slot_rows(b: PTHBuilt, name: str, data_only: bool = False) -> torch.Tensor:
+    """A cache's view as one row of bytes a slot: [num_slots, H * (D or D + 4)]; `data_only`: the D data bytes of
+    each head alone (no inline scale bytes)."""
+    case = b.pc.case
+    cache = bits(b.call()[name])
+    cache = cache.reshape(case.num_slots, case.num_heads, -1)
+    return (cache[..., :case.head_dim] if data_only else cache).reshape(case.num_slots, -1).cpu()
+
+
+#: The fewest bytes whose signs must agree for a row to be read as a token's (a chance agreement of 8 random
+#: signs is 1 in 256).
+SIGNS = 8
+
+
+def _same_signs(a: torch.Tensor, e: torch.Tensor) -> bool | None:
+    """Whether two rows' bytes agree in sign wherever both hold a nonzero, non-NaN magnitude (a positive scale
+    keeps every sign, whatever scale a value defect uses); None with fewer than SIGNS such bytes."""
+    both = ((a & 0x7F) != 0) & ((e & 0x7F) != 0) & ((a & 0x7F) != 0x7F) & ((e & 0x7F) != 0x7F)
+    if int(both.sum()) < SIGNS:
+        return None
+    return bool((((a ^ e) & 0x80)[both] == 0).all())
 
 
 def misplaced(expected: PTHBuilt, actual: PTHBuilt, before: PTHBuilt) -> bool:
-    """Whether a cache holds a row where no token's row belongs (a slot no token names changed) or another
-    token's row at a named slot (its own row not there): bytes written out of place, where a value defect only
-    writes other values at the right slots. Rows of one byte repeated (an all-zero head) tell nothing."""
-    named = {s for s in expected.pc.case.cache_loc if 0 <= s < expected.pc.case.num_slots}
+    """Whether a cache holds bytes where no token's row belongs (a slot no token names changed) or another
+    token's row at a named slot: its data bytes' signs are another named slot's expected ones and not its own
+    (the signs of its input, whatever scale wrote them). A value defect writes its own token's signs, with
+    other magnitudes, at the right slot."""
+    case = expected.pc.case
+    named = sorted({s for s in case.cache_loc if 0 <= s < case.num_slots})
     for name in ("k_cache", "v_cache"):
-        e, a, old = (_slot_rows(b, name) for b in (expected, actual, before))
-        for slot in range(e.shape[0]):
-            if slot not in named:
-                if not torch.equal(a[slot], old[slot]):
-                    return True
+        a, old = (_slot_rows(b, name) for b in (actual, before))
+        if any(not torch.equal(a[slot], old[slot]) for slot in range(case.num_slots) if slot not in named):
+            return True
+        e, a = (_slot_rows(b, name, data_only=True) for b in (expected, actual))
+        for slot in named:
+            if torch.equal(a[slot], e[slot]) or _same_signs(a[slot], e[slot]) is not False:
                 continue
-            if torch.equal(a[slot], e[slot]) or bool((a[slot] == a[slot][0]).all()):
-                continue
-            if any(torch.equal(a[slot], e[other]) for other in named if other != slot):
+            if any(_same_signs(a[slot], e[other]) for other in named if other != slot):
                 return True
     return False
