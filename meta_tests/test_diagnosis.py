@@ -2953,6 +2953,21 @@ def test_slots_left_unwritten_under_a_wrong_bounds_trigger_are_that_bound() -> N
         assert sorted(groups) == sorted(keys)
 
 
+def test_wrong_values_of_no_named_rule_join_the_value_rule_beside_a_placement() -> None:
+    """Batch 50's pair (cache_loc read as contiguous, one amax over a token's heads): its exhaustive test, with a
+    contiguous cache_loc and no Case to replay, reads `per-token-head:values`; it is the amax rule's, not the
+    placement's. Beside two value rules it stays apart."""
+    from conformance.diagnosis.report import _merge_per_head
+    groups = _groups("per-token-head:amax-over-heads", "per-token-head:cache-loc-stride-ignored",
+                     "per-token-head:values")
+    _merge_per_head(groups)
+    assert sorted(groups) == ["per-token-head:amax-over-heads", "per-token-head:cache-loc-stride-ignored"]
+    keys = ("per-token-head:amax-over-heads", "per-token-head:amax-signed", "per-token-head:values")
+    groups = _groups(*keys)
+    _merge_per_head(groups)
+    assert sorted(groups) == sorted(keys)
+
+
 def test_a_diagnosis_that_fails_says_so_beside_the_failures_text(monkeypatch) -> None:
     """When every replay of a failure's diagnosis raises (a bug of this suite's), the failure is read from its
     text alone, and its finding says why: the suite's own error is not left to pass for the implementation's."""
