@@ -1691,6 +1691,12 @@ def _infinities_only(w: _Written, e: torch.Tensor, held: str) -> str | None:
     return "shown" if bool(((w.actual & 0x7F) == 0x7E)[finite_past].any()) else "possible"
 
 
+def _fnuz_nan_lost(e: torch.Tensor, a: torch.Tensor) -> bool:
+    """Whether every differing byte of an e4m3fnuz cache is its NaN (0x80) written as a finite byte."""
+    differ = e != a
+    return bool(differ.any()) and bool((e[differ] == FNUZ_NAN).all())
+
+
 def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3") -> bool:
     differ = e != a
     same_sign = ((e ^ a) & 0x80) == 0
@@ -1749,6 +1755,8 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if not found:
             found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual) if case.cache_format == "fp8_e4m3" else None  # e4m3's byte rules
+        if case.cache_format == "fp8_e4m3fnuz" and not found and _fnuz_nan_lost(e, w.actual):
+            encoding = "encoding:nan-lost"  # fnuz's NaN is 0x80: +0 for it differs in its sign bit alone
         infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None
         if infinities == "shown":
             encoding = "encoding:inf-nan"
