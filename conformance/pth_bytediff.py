@@ -115,16 +115,20 @@ def _same_signs(a: torch.Tensor, e: torch.Tensor) -> bool | None:
 
 
 def misplaced(expected: PTHBuilt, actual: PTHBuilt, before: PTHBuilt) -> bool:
-    """Whether a cache holds bytes where no token's row belongs (a slot no token names changed) or another
-    token's row at a named slot: its data bytes' signs are another named slot's expected ones and not its own
-    (the signs of its input, whatever scale wrote them). A value defect writes its own token's signs, with
-    other magnitudes, at the right slot."""
+    """Whether a cache holds bytes where no token's row belongs (a slot no token names changed), a named slot's
+    row left as it was, or another token's row at a named slot: its data bytes' signs are another named slot's
+    expected ones and not its own (the signs of its input, whatever scale wrote them). A value defect writes its
+    own token's signs, with other magnitudes, at the right slot."""
     case = expected.pc.case
     named = sorted({s for s in case.cache_loc if 0 <= s < case.num_slots})
     for name in ("k_cache", "v_cache"):
         a, old = (_slot_rows(b, name) for b in (actual, before))
         if any(not torch.equal(a[slot], old[slot]) for slot in range(case.num_slots) if slot not in named):
             return True
+        whole = _slot_rows(expected, name)
+        for slot in named:  # a named row left as it was: not written where it belongs
+            if not torch.equal(a[slot], whole[slot]) and torch.equal(a[slot], old[slot]) and a.shape[1] >= SIGNS:
+                return True
         e, a = (_slot_rows(b, name, data_only=True) for b in (expected, actual))
         for slot in named:
             if torch.equal(a[slot], e[slot]) or _same_signs(a[slot], e[slot]) is not False:

@@ -10,7 +10,7 @@ import torch
 
 import examples.vllm_per_token_head as example
 from conformance.conventions import get_convention
-from conformance.diagnosis.pth_causes import pth_cause
+from conformance.diagnosis.pth_causes import pth_cause, pth_unwritten
 from conformance.impls import Implementation
 from strategies.case import Case, Layout, Override
 from strategies.per_token_head import PTHCase
@@ -232,3 +232,18 @@ def test_an_amax_taken_in_fp16_is_named_where_a_bf16_value_passes_65504(monkeypa
     big = dataclasses.replace(_CASE, case=_CASE.case.replace(overrides=(Override("k", 3, 0x7F7F, "max-finite"),)))
     found = pth_cause(big, impl, CPU)
     assert found is not None and found.key == "per-token-head:amax-in-float16", found
+
+
+def test_a_token_taken_for_padding_is_named_unwritten():
+    """Held-out batch 52's pair: a token whose key is all zeros taken for a CUDA-graph padding row, its rows and
+    scales never written. No scale rule explains it; its slot keeps its old bytes."""
+    def zero_rows_skipped(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache, v_scale_cache):
+        keep = (key != 0).flatten(1).any(1)
+        slots = torch.where(keep, slot_mapping, torch.full_like(slot_mapping, -1))
+        example.reshape_and_cache(key, value, key_cache, value_cache, slots, k_scale_cache=k_scale_cache,
+                                  v_scale_cache=v_scale_cache)
+    impl = Implementation("pth", zero_rows_skipped, convention=get_convention("vllm-per-token-head"))
+    one_head = dataclasses.replace(_CASE, case=_CASE.case.replace(num_heads=1), heads=(("k", 1, 0, "zero"),))
+    found = pth_cause(one_head, impl, CPU) or pth_unwritten(one_head, impl, CPU)
+    assert found is not None and found.key == "per-token-head:unwritten", found
+    assert pth_unwritten(_CASE, impl, CPU) is None  # no key of zeros: nothing left unwritten

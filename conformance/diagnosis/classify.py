@@ -1024,8 +1024,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                                               "per-token-head:writes-outside") and impl and device:
             pc = _saved_pth_case(saved.group(1))
             if pc is not None:  # the scale rule it follows where it is not the recipe's, and its rule on D
-                from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule
-                found = pth_cause(pc, impl, device) or found
+                from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule, pth_unwritten
+                found = pth_cause(pc, impl, device) or pth_unwritten(pc, impl, device) or found
                 rule = pth_size_rule(pc, impl, device)
                 if rule is not None:
                     found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"

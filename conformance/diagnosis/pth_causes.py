@@ -283,6 +283,32 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
     return None
 
 
+def pth_unwritten(pc: PTHCase, impl, device: torch.device) -> Finding | None:
+    """Rows that tokens name left with their old bytes, where the call's every other byte is the reference's
+    (a token taken for padding: a key of zeros read as a CUDA-graph padding row, say)."""
+    from conformance.pth_bytediff import _slot_rows
+    from conformance.test_per_token_head import _reference, _run
+    case = pc.case
+    before, expected, actual = (build_pth(pc, device) for _ in range(3))
+    _reference(expected)
+    if _run(impl, actual) is not None:
+        return None
+    named = {s for s in case.cache_loc if 0 <= s < case.num_slots}
+    kept = set()
+    for name in ("k_cache", "v_cache"):
+        e, a, old = (_slot_rows(b, name) for b in (expected, actual, before))
+        for slot in range(case.num_slots):
+            if torch.equal(a[slot], e[slot]):
+                continue
+            if slot not in named or not torch.equal(a[slot], old[slot]):
+                return None
+            kept.add(slot)
+    if not kept:
+        return None
+    return Finding("per-token-head", "per-token-head:unwritten", "with dynamic per-(token, head) scales, leaves "
+                   f"slots that tokens name unwritten (their old bytes: slots {sorted(kept)})", replayable=False)
+
+
 def pth_size_rule(pc: PTHCase, impl, device: torch.device) -> SizeRule | None:
     """The rule on D a per-token-head failure follows (masked lanes filled with a value that wins the amax,
     where D is padded to a power of two): the PTHCase replayed at each probed D, with its own seed and the

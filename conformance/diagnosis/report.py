@@ -509,6 +509,8 @@ PLACEMENT = ("strides", "padding", "out-of-range", "big-cache", "overrun")
 #: slots no token names): the family's Cases are not ablated, so these keys carry no placement class.
 PTH_PLACEMENT = ("per-token-head:scale-caches-as-contiguous", "per-token-head:writes-outside",
                  "per-token-head:cache-loc-stride-ignored")
+#: Per-token-head effects on which rows are written (raised apart from wrong values: test_per_token_head.py).
+PTH_ROWS = (*PTH_PLACEMENT, "per-token-head:unwritten")
 #: Placement effects that only read out of place (inputs read with the wrong strides; a [H] scale read with the
 #: other's larger stride, past its buffer): they change no memory.
 READS_ONLY = ("strides:inputs-ignored", "strides:inputs-heads-ignored", "strides:other-input",
@@ -972,7 +974,7 @@ def _merge_per_head(groups: Groups) -> None:
     for prefix, located in LOCATED:
         named = [k for k in groups if k.startswith(prefix) and k not in located]
         if len(named) > 1:  # wrong values are a value rule's, not a placement's: beside one of each, the rule's
-            named = [k for k in named if k not in PTH_PLACEMENT]
+            named = [k for k in named if k not in PTH_ROWS]
         if len(named) != 1:
             continue
         for key in [k for k in located if k in groups and k != "per-token-head:writes-outside"]:
