@@ -2979,6 +2979,22 @@ def test_wrong_values_of_no_named_rule_join_the_value_rule_beside_a_placement() 
     assert sorted(groups) == sorted(keys)
 
 
+def test_an_exhaustive_per_token_head_failure_is_no_rows_rule() -> None:
+    """Batch 52's pair (a key of zeros taken for padding; NaN left out of a head's scale): the exhaustive test,
+    every token at its own slot and no key of zeros, failed on the NaN heads alone; it is not the rows left
+    unwritten, the one rule named. Another test's unnamed failure still is."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_per_head
+    exhaustive = "conformance/test_per_token_head.py::test_every_input_pattern[impl-bfloat16]"
+    second = "conformance/test_per_token_head.py::test_a_second_call_of_a_layout_is_bit_exact[impl]"
+    groups = {"per-token-head:unwritten": [("a", Finding("per-token-head", "per-token-head:unwritten", "u"))],
+              "per-token-head:values": [(exhaustive, Finding("per-token-head", "per-token-head:values", "v")),
+                                        (second, Finding("per-token-head", "per-token-head:values", "v"))]}
+    _merge_per_head(groups)
+    assert [n for n, _ in groups["per-token-head:values"]] == [exhaustive], groups
+    assert [n for n, _ in groups["per-token-head:unwritten"]] == ["a", second], groups
+
+
 def test_a_diagnosis_that_fails_says_so_beside_the_failures_text(monkeypatch) -> None:
     """When every replay of a failure's diagnosis raises (a bug of this suite's), the failure is read from its
     text alone, and its finding says why: the suite's own error is not left to pass for the implementation's."""
