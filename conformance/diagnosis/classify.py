@@ -296,10 +296,10 @@ def _predicts(rows: _Rows, explanation: str, held: str, elements: int) -> bool:
 def explanation_title(key: str, which: str, held: str) -> str:
     """The title of a rounding or scale finding, by its explanation key."""
     name = "k_scale" if which == "k_cache" else "v_scale"
-    if key.startswith("rounding:") and key != "rounding:unrounded":
-        return f"computes {key.split(':', 1)[1]} where {held} is asked"
     if key == "rounding:unrounded":
         return f"does not round {held}'s quotient or product to fp32 before the fp8 rounding"
+    if key.startswith("rounding:"):
+        return f"computes {key.split(':', 1)[1]} where {held} is asked"
     return {"scale:ignored": f"ignores a scale: writes {which} as if {name} were None",
             "scale:near-one-ignored": f"takes {name} near 1 for 1 and skips it (a unit-scale fast path with a "
                                       "tolerance)",

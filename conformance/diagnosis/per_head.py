@@ -55,12 +55,17 @@ def _reversed(values: Values, _step: int, _dtype: str, _other: Values | None) ->
     return tuple(reversed(values))
 
 
+def _buffer(values: Values, step: int) -> list[float]:
+    """The [H] scale's whole buffer as the property builds it (test_per_head._per_head): every step-th element a
+    scale, the gaps NaN."""
+    return [values[i // step] if i % step == 0 else float("nan") for i in range(len(values) * step)]
+
+
 def _contiguous(values: Values, step: int, _dtype: str, _other: Values | None) -> Values | None:
     """Element h of the buffer, not h * step: every step-th element is a scale, the gaps hold NaN."""
     if step == 1:
         return None
-    buffer = [values[i // step] if i % step == 0 else float("nan") for i in range(len(values) * step)]
-    return tuple(buffer[:len(values)])
+    return tuple(_buffer(values, step)[:len(values)])
 
 
 def _input_dtype(values: Values, _step: int, dtype: str, _other: Values | None) -> Values | None:
@@ -99,7 +104,7 @@ def _other_stride(other_step: int) -> Reading:
     def reading(values: Values, step: int, _dtype: str, _other: Values | None) -> Values | None:
         if other_step == step:
             return None
-        buffer = [values[i // step] if i % step == 0 else float("nan") for i in range(len(values) * step)]
+        buffer = _buffer(values, step)
         return tuple(buffer[h * other_step] if h * other_step < len(buffer) else None for h in range(len(values)))
     return ("scale:per-head-other-stride", "reads a [H] scale with the other [H] scale's stride", reading)
 
