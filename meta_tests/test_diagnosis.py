@@ -281,6 +281,43 @@ def test_a_replay_wrong_only_under_a_graph_is_keyed_by_its_trigger() -> None:
     assert found.key == "graph:stale@padding", found.key
 
 
+class _FloatScaleFails(Diagnoser):
+    """A Diagnoser whose float-scale experiment fails where `fails` says (no GPU needed)."""
+
+    def __init__(self, fails):
+        super().__init__(_impl(_reference, recipe="single"), CPU)
+        self.fails_on, self.ran = fails, []
+
+    def float_scale_fails(self, case, factor):
+        self.ran.append(case)
+        return self.fails_on(case)
+
+
+def test_a_float_scale_failure_the_plain_call_passes_is_keyed_by_its_trigger() -> None:
+    """Held corpus, H100 2026-12-07: a kernel that rounds fp16 inputs twice failed the float-scale
+    experiment's eager call, and a padding write racing onto slot 0 its replay; both were reported as a
+    graph keeping a stale float. The experiment passing on the plain call (the Case's floats kept) makes the
+    failure a symptom of what its trigger holds; a graph that keeps a stale float fails the plain call too."""
+    fp16 = _case(k_scale=Scale("float", 0.6), v_scale=Scale("float", 0.6), input_dtype="float16")
+    only_fp16 = _FloatScaleFails(lambda c: c.input_dtype == "float16")
+    trigger = only_fp16.float_scale_trigger(fp16, 2.0)
+    assert "input-float16" in trigger and not any(t.startswith("scale-kind") for t in trigger), trigger
+    assert all("float" in (c.k_scale.kind, c.v_scale.kind) for c in only_fp16.ran)  # no float: no experiment
+    assert _FloatScaleFails(lambda c: True).float_scale_trigger(fp16, 2.0) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: CUDA-graph capture")
+def test_a_float_scale_replay_wrong_only_under_padding_is_keyed_by_padding() -> None:
+    """Eager calls pass; the float-scale experiment's replay writes a padding token to slot 0."""
+    from conformance.diagnosis.classify import Finding, _graph_on_plain
+    device = torch.device("cuda")
+    case = _case(cache_loc=(5, -1, 9), recipe="single", k_scale=Scale("float", 0.3))
+    impl = _impl(_padding_to_slot0_when_captured, recipe="single")
+    message = f"replay after an eager call with scale x2.0 (the graph must keep its float):\ncase: {case.to_json()}"
+    found = _graph_on_plain(Finding("graph", "graph:float-scale", "float"), message, impl, device)
+    assert found.key == "graph:float-scale@padding", found.key
+
+
 def test_a_graph_replay_wrong_only_under_a_trigger_joins_that_triggers_defect() -> None:
     from conformance.diagnosis.classify import Finding
     from conformance.diagnosis.report import _merge_raises

@@ -606,8 +606,12 @@ def _graph_on_plain(found: Finding, message: str, impl: Implementation | None,
             return not_reproduced(found, message, again)
     if diagnoser.captured_fails(diagnoser.plain_of(case)):
         found.key, found.title = f"{found.key}@plain", f"{found.title}, on the plain call"
-    elif found.key == "graph:stale":  # wrong bytes that eager calls of this Case did not show
-        trigger = sorted(diagnoser.graph_trigger(case))
+    elif found.key in ("graph:stale", "graph:float-scale"):
+        # stale: wrong bytes that eager calls of this Case did not show; float-scale: keyed by a trigger only
+        # where the plain call passes the experiment (what else fails it is a symptom of that trigger's defect)
+        run = _float_scale_run(message, case)
+        trigger = sorted(diagnoser.graph_trigger(case) if found.key == "graph:stale"
+                         else diagnoser.float_scale_trigger(*run) if run else [])
         if trigger:
             found.key, found.title = f"{found.key}@{'+'.join(trigger)}", f"{found.title}, {words(trigger)}"
     return found
@@ -626,13 +630,17 @@ def _graph_again(key: str, message: str, case: Case, diagnoser) -> bool | None:
     """Whether the graph experiment that failed fails again (None: it could not tell, the GPU being full):
     the float-scale one on the Case it captured, with its factor; the others, a capture of the Case."""
     if key == "graph:float-scale":
-        factor = re.search(r"with scale x([\d.]+)", message)
-        # an eager call's failure names the captured Case so; a replay's names it inline
-        captured = case_in(message, "captured") if "captured: {" in message else case
-        if factor is None or captured is None:
-            return True  # nothing to run again: the text stands
-        return diagnoser.float_scale_fails(captured, float(factor.group(1)))
+        run = _float_scale_run(message, case)
+        return True if run is None else diagnoser.float_scale_fails(*run)  # None: nothing to run, the text stands
     return diagnoser.captured_fails(case)
+
+
+def _float_scale_run(message: str, case: Case) -> tuple[Case, float] | None:
+    """The Case a float-scale experiment captured and its factor, read from the failure's text: an eager
+    call's failure names the captured Case `captured:`; a replay's names it inline."""
+    factor = re.search(r"with scale x([\d.]+)", message)
+    captured = case_in(message, "captured") if "captured: {" in message else case
+    return None if factor is None or captured is None else (captured, float(factor.group(1)))
 
 
 def _graph(what: str, message: str) -> Finding:

@@ -233,12 +233,20 @@ class Diagnoser:
         graph and an eager launch) is keyed by what triggers it. [] when the capture passes."""
         if not self.captured_fails(case):
             return []
-        trigger = []
-        for ablation in self._ablations():
-            ran = [r for r in map(self.captured_fails, ablation.variants(case, self.plain)) if r is not None]
-            if ran and not any(ran):
-                trigger.append(ablation.name)
-        return trigger
+        return self._vanishing(case, self.captured_fails)
+
+    def float_scale_trigger(self, case: Case, factor: float) -> list[str]:
+        """The dimensions whose ablation makes the float-scale experiment on the Case pass, when that
+        experiment passes on the plain call: its failure is then a defect that the experiment's eager
+        calls show too (a rounding at the other float, say), or a racing write landing otherwise under a
+        graph, keyed by that trigger. A graph that keeps a stale float fails the plain call as well: []."""
+        def failing(variant: Case) -> bool | None:  # a variant without a float scale has no experiment
+            floats = "float" in (variant.k_scale.kind, variant.v_scale.kind)
+            return self.float_scale_fails(variant, factor) if floats else None
+        plain = self.plain_of(case).replace(k_scale=case.k_scale, v_scale=case.v_scale)
+        if failing(plain) is not False:
+            return []
+        return self._vanishing(case, failing)
 
     def _ablations(self) -> list[Ablation]:
         return [a for a in ABLATIONS if a.keeps_shape or self.fill is None]
