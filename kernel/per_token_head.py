@@ -217,16 +217,17 @@ FLOOR_ON = {"vllm": "scale", "flashinfer": "amax"}
 
 
 def head_scales(x32: torch.Tensor, recipe: PerTokenHeadRecipe, floor_on: str | None = None,
-                by_reciprocal: bool = False) -> torch.Tensor:
+                by_reciprocal: bool = False, floor: float | None = None) -> torch.Tensor:
     """Each head's fp32 scale s, [..., H], from its values x32 [..., H, D] (see the module docstring).
-    `floor_on` ("amax", "scale" or "none") moves the recipe's floor, and `by_reciprocal` multiplies by the fp32
-    1/448 instead of dividing by 448: the wrong rules the diagnosis tries (conformance/diagnosis/pth_causes.py);
-    the defaults are the recipe's own (FLOOR_ON, a correctly rounded division)."""
+    `floor_on` ("amax", "scale" or "none") moves the recipe's floor, `floor` changes its value, and
+    `by_reciprocal` multiplies by the fp32 1/448 instead of dividing by 448: the wrong rules the diagnosis tries
+    (conformance/diagnosis/pth_causes.py); the defaults are the recipe's own (FLOOR_ON, its floor, a correctly
+    rounded division)."""
     nan = torch.isnan(x32)
     amax = torch.where(nan, 0.0, x32.abs()).amax(-1)  # NaN kept out of the max: its rule is below
     # Tensor / tensor: ATen's CUDA division by a Python scalar multiplies by its reciprocal.
     q_max = torch.full_like(amax, E4M3.max_finite)
-    floor = FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER
+    floor = (FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER) if floor is None else floor
     where = floor_on or FLOOR_ON[recipe.rule]
 
     def per_max(a: torch.Tensor) -> torch.Tensor:

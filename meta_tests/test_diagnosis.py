@@ -86,6 +86,47 @@ def _groups(*keys: str) -> dict:
     return {k: [("t", Finding(class_of(k), k, "?"))] for k in keys}
 
 
+def _raises_on_2d_tensor_scales(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                use_triton=True, *, recipe="unfused", checked=False):
+    """Held-out batch 53: a tensor scale shaped [1, -1, 1] for [T, H, D], divided in place into a [T, H*D]
+    input (an in-place op cannot grow its rank): raises for 2-D inputs with tensor scales, not with floats."""
+    if k.dim() == 2 and isinstance(k_scale, torch.Tensor):
+        raise RuntimeError("output with shape [1, 1] doesn't match the broadcast shape [1, 1, 1]")
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_raise_that_a_float_scale_does_not_make_is_triggered_by_tensor_scales() -> None:
+    """The plain call's scale is a tensor ([1]); ablations move dimensions back to it, so none says "tensor".
+    A raise that the same values as Python floats do not make names it; one that floats make too does not."""
+    case = _case(input_rank=2, k_scale=Scale("tensor1", 0.5), v_scale=Scale("tensor1", 0.25))
+    [found] = [f for f in Diagnoser(_impl(_raises_on_2d_tensor_scales), CPU).diagnose(case) if f.cls == "raises"]
+    assert found.key == "raises:RuntimeError@input-2d+scale-tensor", found.key
+    assert "as a tensor" in found.title
+    keys = {f.key for f in Diagnoser(_impl(_pow2_tiles), CPU).diagnose(case.replace(num_heads=3))}
+    assert keys == {"raises:ValueError@heads-not-pow2"}, keys
+
+
+def _two_runtime_errors(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                        *, recipe="unfused", checked=False):
+    """Held-out batch 53: one exception type from two causes: `index_copy_` given an int32 cache_loc (3-D
+    caches), and `view(T, -1, D)` of an empty batch's 2-D input (the -1 ambiguous)."""
+    if k.dim() == 2 and k.shape[0] == 0:
+        raise RuntimeError(f"cannot reshape tensor of 0 elements into shape [0, -1, {k_cache.shape[-1]}]")
+    if k_cache.dim() == 3 and cache_loc.dtype == torch.int32:
+        raise RuntimeError("index_copy_(): Expected a long tensor for index, but got Int")
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_one_exception_type_two_messages_two_defects() -> None:
+    """Shrinking an empty batch that raises must not slide onto the other cause's raise of the same type: a
+    variant raising another message does not show this one."""
+    d = Diagnoser(_impl(_two_runtime_errors), CPU)
+    both = _case(num_tokens=0, cache_loc=(), input_rank=2, cache_rank=3, loc_dtype="int32")
+    assert {f.key for f in d.diagnose(both)} == {"raises:RuntimeError@empty-batch+input-2d"}
+    index = _case(cache_rank=3, loc_dtype="int32")
+    assert {f.key for f in d.diagnose(index)} == {"raises:RuntimeError@cache-3d+loc-int32"}
+
+
 def test_one_message_two_triggers_two_defects() -> None:
     d = Diagnoser(_impl(_pow2_tiles), CPU)
     heads = {f.key for f in d.diagnose(_case(num_heads=3))}

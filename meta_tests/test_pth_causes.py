@@ -64,6 +64,12 @@ def _nan_over_heads(x32):
     return torch.where(x32.isnan().flatten(-2).any(-1, keepdim=True), torch.nan, s)
 
 
+def _floor_of_per_token_quant(x32):
+    """Another floor: vLLM's per-token activation quantizer's 1 / (448 * 512), copied into a per-head write."""
+    amax = x32.abs().amax(dim=-1)
+    return torch.maximum(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1.0 / (448.0 * 512.0)))
+
+
 def _times_reciprocal(x32):
     """amax times a constant 1/448 ("a multiply is cheaper"; fast-math does it to a division by a constant)."""
     amax = x32.abs().amax(dim=-1)
@@ -81,7 +87,8 @@ _CASE = PTHCase(Case(num_tokens=3, num_heads=2, head_dim=8, page_size=4, num_pag
                                                (_signed, "per-token-head:amax-signed"),
                                                (_inf_masked, "per-token-head:inf-dropped"),
                                                (_nan_over_heads, "per-token-head:nan-over-heads"),
-                                               (_times_reciprocal, "per-token-head:scale-by-reciprocal")])
+                                               (_times_reciprocal, "per-token-head:scale-by-reciprocal"),
+                                               (_floor_of_per_token_quant, "per-token-head:floor-value")])
 def test_a_scale_rule_real_kernels_get_wrong_is_named(scale_of, key, monkeypatch):
     """The failing Case need not hold the heads that tell the rule (an all-zero head for the missing floor):
     the same Case with special heads does."""
@@ -106,6 +113,22 @@ def test_a_scale_stored_before_its_floor_is_named(monkeypatch):
     impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
     found = pth_cause(_CASE, impl, CPU)
     assert found is not None and found.key == "per-token-head:stored-unfloored", found
+
+
+def test_a_nan_head_quantized_with_a_zero_reciprocal_is_named(monkeypatch):
+    """Held-out batch 53: `r = s > 0 ? 1/s : 0`, a division guard that NaN fails: a NaN head's finite values
+    are written as zeros (x * 0), its NaN scale stored as the recipe's."""
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x32 = x.float()
+        s = torch.maximum(_no_floor(x32), torch.full_like(_no_floor(x32), 1e-6))
+        s = torch.where(x32.isnan().any(-1), torch.nan, s)
+        r = torch.where(s > 0, torch.ones_like(s) / s, torch.zeros_like(s))
+        y = (x32 * r[..., None]).clamp(-448.0, 448.0)
+        return torch.where(y.isnan(), 0x7F, y.to(torch.float8_e4m3fn).view(torch.uint8)), s
+    monkeypatch.setattr(example, "_quantize", quantize)
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    found = pth_cause(_CASE, impl, CPU)
+    assert found is not None and found.key == "per-token-head:nan-reciprocal-zero", found
 
 
 def test_a_reciprocal_stored_for_the_scale_is_named(monkeypatch):

@@ -545,9 +545,12 @@ def fitting_rule(attr: str, outcomes: dict[int, bool]) -> SizeRule | None:
 def probed_rule(case: Case, attr: str, fails_at: Callable[[int], bool]) -> SizeRule | None:
     """The rule on H, D or T a failure of the Case follows where its own size fails: fails_at(n) at every other
     probed size (SIZE_PROBES), the first rule every outcome follows, where it holds for the Case; None else.
-    For failures that are replayed outside the Diagnoser (per-head and per-token-head calls)."""
+    For failures that are replayed outside the Diagnoser (per-head and per-token-head calls). A size whose Case
+    loses one of the failing Case's overrides (a NaN at a lane past the new D, say) is no evidence: its passing
+    would be the value's absence, not the size's."""
     own = size_of(case, attr)
-    outcomes = {own: True, **{n: fails_at(n) for n in SIZE_PROBES[attr] if n != own}}
+    kept = [n for n in SIZE_PROBES[attr] if n != own and len(resized(case, attr, n).overrides) == len(case.overrides)]
+    outcomes = {own: True, **{n: fails_at(n) for n in kept}}
     rule = fitting_rule(attr, outcomes)
     return rule if rule is not None and rule.holds(case) else None
 
@@ -561,10 +564,24 @@ def row_bytes_words(bound: int) -> str:
     return f"only when a token's row of H x D inputs is above {bound} bytes"
 
 
+#: A trigger no ablation names (the plain call's scale is a tensor where the convention has one): a raise that a
+#: Python float of the same value does not make (Diagnoser._trigger).
+SCALE_TENSOR = "scale-tensor"
+SCALE_TENSOR_WORDS = "only for a scale given as a tensor (the same value as a Python float passes)"
+
+
+def as_float_scales(case: Case) -> Case | None:
+    """The Case with its tensor scales given as Python floats of the same values; None where it has none."""
+    tensors = {w: Scale("float", s.value) for w in ("k_scale", "v_scale")
+               if (s := getattr(case, w)).kind in ("tensor0d", "tensor1")}
+    return case.replace(**tensors) if tensors else None
+
+
 def words(trigger: list[str]) -> str:
     """The trigger in words: 'only for a uint8 cache and only ...', or 'on the plain call'."""
     if not trigger:
         return "on the plain call"
     return "; ".join(BY_NAME[t].words if t in BY_NAME else SIZE_RULES[t].words if t in SIZE_RULES
+                     else SCALE_TENSOR_WORDS if t == SCALE_TENSOR
                      else row_bytes_words(int(t[len(ROW_BYTES):])) if t.startswith(ROW_BYTES) else t
                      for t in trigger)

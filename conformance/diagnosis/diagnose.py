@@ -27,11 +27,13 @@ from conformance.diagnosis.ablation import (
     BIG_CACHE_BYTES,
     BY_NAME,
     LARGE_TOKEN_PROBES,
+    SCALE_TENSOR,
     SIZE_PROBES,
     SIZE_RULES,
     SLOTS_UNSORTED,
     Ablation,
     SizeRule,
+    as_float_scales,
     cache_bytes,
     fitting_rule,
     resized,
@@ -45,6 +47,7 @@ from conformance.diagnosis.classify import (
     classify_result,
     normalize,
     out_of_memory,
+    raised,
     run_case,
 )
 from conformance.diagnosis.effects import (
@@ -163,6 +166,7 @@ class Diagnoser:
         self.plain = impl.convention.plain_scale_kind
         self._cache: dict[str, Replay | None] = {}
         self._bare: Diagnoser | None = None  # the same calls without the fill (_unfilled)
+        self._raising: str | None = None  # the raise being diagnosed, type and normalized message (fails)
 
     def replay(self, case: Case) -> Replay | None:
         """The call's outcome; None when the convention cannot express it or the reference refuses it."""
@@ -191,9 +195,15 @@ class Diagnoser:
         return replay
 
     def fails(self, case: Case, symptom: str, also: frozenset[str] = frozenset()) -> bool | None:
-        """Whether the Case shows this symptom (or one of `also`); None when it cannot be run."""
+        """Whether the Case shows this symptom (or one of `also`); None when it cannot be run. While a raise
+        is diagnosed, only its own message counts (normalized): one exception type raised by two causes (an
+        index op that wants int64, a view of an empty batch) is two symptoms, each shrunk and triggered apart."""
         r = self.replay(case)
-        return None if r is None else bool(r.symptoms & ({symptom} | also))
+        if r is None:
+            return None
+        if symptom in r.symptoms and symptom.startswith("raises:") and self._raising is not None:
+            return raised(r.error).key == self._raising or bool(r.symptoms & also)
+        return bool(r.symptoms & ({symptom} | also))
 
     def plain_of(self, case: Case) -> Case:
         """The Case with every dimension moved back to the plain call (each ablation's first variant)."""
@@ -292,6 +302,11 @@ class Diagnoser:
                 # layout: a failure that stays is the striding's.
                 same = self._same_strided_layouts(current, names)
                 trigger.remove(strided if same is None or not self.fails(same, symptom) else differ)
+        if symptom.startswith("raises:") and not any(t.startswith("scale-kind:") for t in trigger):
+            # the plain call's scale is a tensor: a raise that the same value as a float does not make
+            floats = as_float_scales(current)
+            if floats is not None and self.fails(floats, symptom, also) is False:
+                trigger.append(SCALE_TENSOR)
         return self._sized(current, symptom, trigger)
 
     def _fails_alike(self, case: Case, symptom: str) -> bool | None:
@@ -624,6 +639,8 @@ class Diagnoser:
         """The Case with one trigger dimension moved back to the plain call (for a size rule: the two largest
         sizes the rule says pass, the most values); [] for a dimension of the values alone."""
         rule, ablation = SIZE_RULES.get(dim), BY_NAME.get(dim)
+        if dim == SCALE_TENSOR:
+            return [v for v in [as_float_scales(case)] if v is not None]
         if rule is not None:
             return [resized(case, rule.attr, n) for n in [n for n in SIZE_PROBES[rule.attr] if not rule.fails(n)][-2:]]
         return [] if ablation is None or ablation.value else list(ablation.variants(case, self.plain))
@@ -656,6 +673,7 @@ class Diagnoser:
         findings: dict[str, Finding] = {}
         values: dict[str, Case] = {}  # the value effects found, and the minimal Case each was read from
         for symptom in sorted(first.symptoms):
+            self._raising = raised(first.error).key if symptom.startswith("raises:") and first.error else None
             minimal, trigger = self.minimize(case, symptom)
             for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
                 if effect.value and not effect.key.endswith(":unexplained"):
@@ -673,6 +691,7 @@ class Diagnoser:
                     named = self._value_trigger(minimal, symptom, named)
                 f = finding(effect, named, minimal, case.recipe)
                 findings.setdefault(f.key, f)
+        self._raising = None
         kept = narrowest(self._one_trigger_per_effect(list(findings.values())))
         behind = self._behind_values(case, first, values) if values else None
         if behind is not None and not any(same_effect(f.key) == same_effect(behind[1].key) for f in kept):

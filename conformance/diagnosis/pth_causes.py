@@ -20,7 +20,10 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - the right scale used for the bytes, and the unfloored one stored beside them (a floor kept for the division);
 - the right scale used for the bytes, and its reciprocal stored (the factor the quantizer multiplied by);
 - the right scale used for the bytes, and stored rounded to a bf16/fp16 input's dtype (a staging buffer made
-  like the input, `torch.empty_like(x[..., 0])`).
+  like the input, `torch.empty_like(x[..., 0])`);
+- a NaN head quantized with a reciprocal of 0 (a guard `s > 0 ? 1/s : 0` that NaN fails), its NaN scale stored;
+- another floor: the value the kernel stored for an all-zero head, read off its own bytes (a constant copied
+  from a sibling kernel, such as vLLM's per-token activation floor 1 / (448 * 512)).
 Before them, a strided cache_loc is tried read as contiguous (tokens at other tokens' slots), and separate scale
 caches addressed as contiguous from their first element (their strides ignored), where the scales land when a
 kernel computes their offsets from the shape.
@@ -30,6 +33,7 @@ None: no such rule explains it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import torch
@@ -49,6 +53,8 @@ from kernel.per_token_head import (
     write_per_token_head,
 )
 from kernel.recipe import PTH_RECIPES, PerTokenHeadRecipe
+from kernel.reference import E4M3
+from strategies.fp import f32
 from strategies.per_token_head import HEAD_KINDS, PTHBuilt, PTHCase, build_pth
 
 Scales = Callable[[torch.Tensor, PerTokenHeadRecipe], torch.Tensor]
@@ -160,13 +166,54 @@ def _reciprocal(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     return torch.ones_like(s) / s
 
 
+def _nan_reciprocal_zero(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The scales the bytes were quantized with where a NaN head's reciprocal is 0 (a guard `s > 0 ? 1/s : 0`
+    that NaN fails): as if its scale were inf, its finite values become ±0, its NaN and inf ones NaN."""
+    s = head_scales(x32, recipe)
+    return torch.where(torch.isnan(s), torch.inf, s)
+
+
 #: key, title, the rule of the scales quantized with, and the rule of those stored beside the bytes.
 STORED_RULES: tuple[tuple[str, str, Scales, Scales], ...] = (
     ("per-token-head:stored-unfloored", "stores each head's scale before its floor, where the bytes use the "
      "floored one (an all-zero head stores 0)", head_scales, _floored("none")),
     ("per-token-head:stored-reciprocal", "stores each head's reciprocal scale (1/s, the factor it multiplied by) "
      "where the scale belongs", head_scales, _reciprocal),
+    ("per-token-head:nan-reciprocal-zero", "quantizes a NaN head with a reciprocal of 0 (a guard such as "
+     "`s > 0 ? 1/s : 0`, which NaN fails): its finite values are written as zeros, its NaN scale stored",
+     _nan_reciprocal_zero, head_scales),
 )
+
+
+def _floor_read(plain: dict[str, torch.Tensor], got: dict[str, torch.Tensor], floor_bits: int) -> float | None:
+    """The one scale the kernel stored wherever the reference stores its floor (an all-zero head's scale),
+    when that differs: the kernel's own floor. None where no such word differs, or they disagree."""
+    found = set()
+    for name, p in plain.items():
+        n = p.numel() // 4 * 4
+        ours, theirs = p[:n].view(torch.int32), got[name][:n].view(torch.int32)
+        at = (ours == torch.tensor(floor_bits).to(torch.int32)) & (theirs != ours)
+        found |= set(theirs[at].tolist())
+    if len(found) != 1:
+        return None
+    value = torch.tensor([found.pop()], dtype=torch.int32).view(torch.float32).item()
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _floor_rule(plain: list[dict[str, torch.Tensor]], got: list[dict[str, torch.Tensor]],
+                recipe: PerTokenHeadRecipe) -> tuple[str, str, Scales] | None:
+    """The recipe's rule with the floor the kernel stored for an all-zero head (a constant copied from a sibling
+    kernel, say), where the recipe's floor lands on the scale it stores; None where it stores none."""
+    zero = head_scales(torch.zeros(1, 1), recipe)
+    floors = {_floor_read(p, g, int(zero.view(torch.int32).item()) & 0xFFFFFFFF) for p, g in zip(plain, got)} - {None}
+    if len(floors) != 1:
+        return None
+    stored = floors.pop()
+    # where the recipe floors the amax, the stored scale is floor / 448: the kernel's amax floor is that times 448
+    value = stored if FLOOR_ON[recipe.rule] == "scale" else f32(stored * E4M3.max_finite)
+    ours = FLOOR_VLLM if recipe.rule == "vllm" else FLOOR_FLASHINFER
+    return ("per-token-head:floor-value", f"floors each head at {value:.6g}, not the recipe's {ours:.6g} (heads whose "
+            "amax is below the floor get another scale)", lambda x32, r: head_scales(x32, r, floor=value))
 
 
 def _whole(b: PTHBuilt) -> dict[str, torch.Tensor]:
@@ -270,12 +317,16 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                            "contiguous [pages, page_size, H] from their first element)", replayable=False)
     for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
         plain = plains.get(recipe.name) or [_reference_with(c, device, recipe, head_scales) for c in cases]
-        for key, title, scales, *stored in [*rules, *stored_rules]:
+        floor = _floor_rule(plain, got, recipe)
+        for key, title, scales, *stored in [*rules, *([floor] if floor else []), *stored_rules]:
             if key == f"per-token-head:floor-on-{FLOOR_ON[recipe.rule]}":
                 continue
             want = [_reference_with(c, device, recipe, scales, *stored) for c in cases]
             if all(_same(w, p) for w, p in zip(want, plain)):  # the rule changes nothing here: not told apart
                 continue
+            if recipe != held and all(_same(w, p) for w, p in zip(want, plains[held.name])):
+                continue  # another recipe's rule that gives the held recipe's bytes: no defect
+
             if all(_same(w, g) for w, g in zip(want, got)):
                 other = "" if recipe == held else f" (under {recipe.name}, not the held {held.name})"
                 return Finding("per-token-head", key, f"with dynamic per-(token, head) scales, {title}{other}",

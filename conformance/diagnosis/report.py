@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cachemap import CACHES
-from conformance.diagnosis.ablation import BY_NAME, ROW_BYTES, SIZE_RULES, SLOTS_UNSORTED, row_bytes_words, words
+from conformance.diagnosis.ablation import (
+    BY_NAME,
+    ROW_BYTES,
+    SCALE_TENSOR,
+    SIZE_RULES,
+    SLOTS_UNSORTED,
+    as_float_scales,
+    row_bytes_words,
+    words,
+)
 from conformance.diagnosis.capabilities import PROBE_TEST, InputClass
 from conformance.diagnosis.classify import CLASS_TITLES, OUT_OF_MEMORY, Finding
 from conformance.diagnosis.diagnose import (
@@ -726,6 +735,8 @@ def _present(dimension: str, case: Case) -> bool:
     holds for its size)."""
     if dimension in SIZE_RULES:
         return SIZE_RULES[dimension].holds(case)
+    if dimension == SCALE_TENSOR:
+        return as_float_scales(case) is not None
     ablation = BY_NAME.get(dimension)
     return ablation is not None and next(iter(ablation.variants(case, "tensor1")), None) is not None
 
