@@ -656,6 +656,33 @@ def test_a_per_head_raise_on_a_zero_head_is_one_defect_by_its_trigger(tmp_path, 
     assert keys == {"raises:ValueError@head-scale-zero"}, keys
 
 
+def _other_scale_by_shape(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """The one-value scale beside an [H] one broadcast by `s.shape[0]`: a 0-d tensor has none (IndexError)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    heads = key_cache.shape[2]
+    if max(k_scale.numel(), v_scale.numel()) > 1:
+        k_scale, v_scale = (s if s.shape[0] == heads else s.expand(heads) for s in (k_scale, v_scale))
+        k_scale, v_scale = k_scale[:1], v_scale[:1]  # the example takes one value; the raise is the point here
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_per_head_raise_on_a_0d_other_scale_is_triggered_by_it(tmp_path, monkeypatch):
+    """Held-out batch 53: the [H] values replace K's scale, so moving K's scale kind tells nothing; moving V's
+    0-d scale to the plain [1] makes the raise vanish: its trigger."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.test_per_head import per_tensor_twin
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _other_scale_by_shape
+    values = {"k_scale": (1.0, 0.5)}
+    case = _PER_HEAD_CASE.replace(num_heads=2, k_scale=Scale("tensor0d", 1.0), v_scale=Scale("tensor0d", 0.5))
+    exc = ConformanceFailure(f"{impl.__name__}: raises on a valid call with per-head scales ({values}):\n"
+                             f"{impl.__name__} raised IndexError: tuple index out of range\n\n"
+                             f"{per_tensor_twin(case, values, 1)}")
+    keys = {f.key for f in classify_failure(exc, "test_per_head_scales_are_bit_exact", "test_per_head", {},
+                                            _per_head_impl(impl), CPU)}
+    assert keys == {"raises:IndexError@scale-kind:tensor0d"}, keys
+
+
 def _v_scale_with_k_stride(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     """One stride for both [H] scales, K's ("the two scales are rows of one table"): V's head h reads element
     h * k_scale.stride(0) of V's buffer (held-out batch 51's Triton wrapper)."""

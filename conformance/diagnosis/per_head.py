@@ -238,8 +238,10 @@ def raise_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Impl
     for ablation in ABLATIONS:
         if not ablation.keeps_shape or ablation.value:
             continue
-        variant = next(iter(ablation.variants(case, impl.convention.plain_scale_kind)), None)
-        if variant is not None and _per_head_call(variant, values, step, impl, device) is not None:
+        # a variant that only moves a scale the [H] values replace changes nothing the call gets
+        variants = [v for v in ablation.variants(case, impl.convention.plain_scale_kind)
+                    if v != case.replace(**{name: getattr(v, name) for name in values})]
+        if variants and all(_per_head_call(v, values, step, impl, device) is not None for v in variants):
             trigger.append(ablation.name)
     nonzero = {name: _zero_heads_set(v) for name, v in values.items()}
     if nonzero != values and _per_head_call(case, nonzero, step, impl, device) is not None:
