@@ -683,6 +683,32 @@ def test_a_per_head_raise_on_a_0d_other_scale_is_triggered_by_it(tmp_path, monke
     assert keys == {"raises:IndexError@scale-kind:tensor0d"}, keys
 
 
+def _head_scales_clamped_to_input_max(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+                                      v_scale):
+    """[H] scales clamped to the input dtype's largest value ("keep a checkpoint's scale finite"): 65504 for fp16."""
+    from kernel import naive_fp8_set_kv_buffer
+    top = torch.finfo(key.dtype).max
+    k_scale, v_scale = (s.clamp(max=top) if s.numel() > 1 else s for s in (k_scale, v_scale))
+    naive_fp8_set_kv_buffer(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                            key_cache.shape[1], recipe="divide")
+
+
+def test_a_per_head_value_defect_no_reading_explains_is_triggered_by_its_ablations(tmp_path, monkeypatch):
+    """Held-out batch 53: no reading of the [H] scales gives the bytes, so the defect is `scale:per-head`; the
+    ablations that make the per-head call right (twice, with other values) say where: fp16 inputs."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.test_per_head import per_tensor_twin
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = _head_scales_clamped_to_input_max
+    values = {"k_scale": (1.0, 70000.0, 0.5)}
+    case = _PER_HEAD_CASE.replace(input_dtype="float16")
+    exc = ConformanceFailure(f"{impl.__name__}: differs from the reference with per-head scales ({values}):\n"
+                             f"k_cache bytes differ\n\n{per_tensor_twin(case, values, 1)}")
+    keys = {f.key for f in classify_failure(exc, "test_per_head_scales_are_bit_exact", "test_per_head", {},
+                                            _per_head_impl(impl), CPU)}
+    assert keys == {"scale:per-head@input-float16"}, keys
+
+
 def _v_scale_with_k_stride(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     """One stride for both [H] scales, K's ("the two scales are rows of one table"): V's head h reads element
     h * k_scale.stride(0) of V's buffer (held-out batch 51's Triton wrapper)."""

@@ -233,20 +233,41 @@ def raise_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Impl
     """The dimensions of a per-head call's raise: each ablation that keeps the Case's shape, moved back to the
     plain call with the same [H] scales, and named where the call then does not raise (an element's scale
     indexed with the cache's head stride raises on a head-major cache alone)."""
-    from conformance.diagnosis.ablation import ABLATIONS, HEAD_SCALE_ZERO
-    trigger = []
-    for ablation in ABLATIONS:
-        if not ablation.keeps_shape or ablation.value:
-            continue
-        # a variant that only moves a scale the [H] values replace changes nothing the call gets
-        variants = [v for v in ablation.variants(case, impl.convention.plain_scale_kind)
-                    if v != case.replace(**{name: getattr(v, name) for name in values})]
-        if variants and all(_per_head_call(v, values, step, impl, device) is not None for v in variants):
-            trigger.append(ablation.name)
+    from conformance.diagnosis.ablation import HEAD_SCALE_ZERO
+    trigger = [name for name, variants in _ablated(case, values, impl)
+               if all(_per_head_call(v, values, step, impl, device) is not None for v in variants)]
     nonzero = {name: _zero_heads_set(v) for name, v in values.items()}
     if nonzero != values and _per_head_call(case, nonzero, step, impl, device) is not None:
         trigger.append(HEAD_SCALE_ZERO.name)  # a check such as `(scale <= 0).any()` refusing a calibrated zero
     return trigger
+
+
+def _ablated(case: Case, values: dict[str, Values], impl: Implementation) -> list[tuple[str, list[Case]]]:
+    """Each ablation that keeps the Case's shape and is not of its values, with its variants (moved back to the
+    plain call) that change what a per-head call gets: one that only moves a scale the [H] values replace
+    tells nothing."""
+    from conformance.diagnosis.ablation import ABLATIONS
+    out = []
+    for ablation in ABLATIONS:
+        if not ablation.keeps_shape or ablation.value:
+            continue
+        variants = [v for v in ablation.variants(case, impl.convention.plain_scale_kind)
+                    if v != case.replace(**{name: getattr(v, name) for name in values})]
+        if variants:
+            out.append((ablation.name, variants))
+    return out
+
+
+def value_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
+                  device: torch.device) -> list[str]:
+    """The dimensions of a per-head call's wrong bytes that no reading explains: each ablation of `_ablated`
+    named where every variant's call, and each once more with other values, is right (a defect of a few
+    values does not vanish by chance)."""
+    def right(variant: Case) -> bool:
+        called = _per_head_call(variant, values, step, impl, device)
+        return called is not None and _same_caches(*called)
+    return [name for name, variants in _ablated(case, values, impl)
+            if all(right(v) and right(v.replace(seed=(v.seed + 7919) % 2**31)) for v in variants)]
 
 
 def _zero_heads_set(values: Values) -> Values:
