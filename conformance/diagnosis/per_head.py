@@ -231,11 +231,11 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
 def raise_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                   device: torch.device) -> list[str]:
     """The dimensions of a per-head call's raise: each ablation that keeps the Case's shape, moved back to the
-    plain call with the same [H] scales, and named where the call then does not raise (an element's scale
+    plain call with the same [H] scales, and named where a variant's call then does not raise (an element's scale
     indexed with the cache's head stride raises on a head-major cache alone)."""
     from conformance.diagnosis.ablation import HEAD_SCALE_ZERO
     trigger = [name for name, variants in _ablated(case, values, impl)
-               if all(_per_head_call(v, values, step, impl, device) is not None for v in variants)]
+               if any(_per_head_call(v, values, step, impl, device) is not None for v in variants)]
     nonzero = {name: _zero_heads_set(v) for name, v in values.items()}
     if nonzero != values and _per_head_call(case, nonzero, step, impl, device) is not None:
         trigger.append(HEAD_SCALE_ZERO.name)  # a check such as `(scale <= 0).any()` refusing a calibrated zero
@@ -266,6 +266,8 @@ def value_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Impl
     def right(variant: Case) -> bool:
         called = _per_head_call(variant, values, step, impl, device)
         return called is not None and _same_caches(*called)
+    if right(case):  # the failure does not repeat: nothing to locate
+        return []
     return [name for name, variants in _ablated(case, values, impl)
             if all(right(v) and right(v.replace(seed=(v.seed + 7919) % 2**31)) for v in variants)]
 
