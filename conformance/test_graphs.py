@@ -197,10 +197,9 @@ def test_replay_new_contents(data, scale_kind, impl, device):
                      f"replay {r} after new contents were copied in")
 
 
-def _with_scales(built: Built, k_scale: float, v_scale: float) -> Built:
-    """built with other float scales, described as that call (for reports)."""
-    case = built.case.replace(k_scale=Scale("float", k_scale), v_scale=Scale("float", v_scale))
-    return dataclasses.replace(built, case=case, k_scale=k_scale, v_scale=v_scale)
+def _with_scales(built: Built, case: Case) -> Built:
+    """built with the float scales of `case` (another Case's floats), described as that call (for reports)."""
+    return dataclasses.replace(built, case=case, k_scale=case.k_scale.value, v_scale=case.v_scale.value)
 
 
 def other_floats(case: Case, factor: float) -> tuple[float, float]:
@@ -210,7 +209,7 @@ def other_floats(case: Case, factor: float) -> tuple[float, float]:
 
 def reference_at_other_floats(case: Case, factor: float, device: torch.device) -> Built:
     """The reference's call on the Case's inputs with its floats times `factor`."""
-    ref_other = _with_scales(build(case, device), *other_floats(case, factor))
+    ref_other = _with_scales(build(case, device), other_case(case, factor))
     return run_reference(ref_other.case, device, ref_other)
 
 

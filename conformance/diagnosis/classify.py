@@ -1021,13 +1021,11 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         elif runnable and "@" not in found.key:
             from conformance.diagnosis.per_head import per_head_size_rule, value_trigger
             rule = per_head_size_rule(twin, *scales, impl, device)
-            trigger = [] if rule is not None or cause is not None else value_trigger(twin, *scales, impl, device)
             if rule is not None:
                 found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
-            elif trigger:  # no reading explains the bytes: at least where they go wrong
-                from conformance.diagnosis.ablation import words
-                found.key, found.title = f"{found.key}@{'+'.join(sorted(trigger))}", \
-                    f"{found.title}, {words(sorted(trigger))}"
+            elif cause is None and (trigger := sorted(value_trigger(twin, *scales, impl, device))):
+                from conformance.diagnosis.ablation import words  # no reading explains the bytes: where they go wrong
+                found.key, found.title = f"{found.key}@{'+'.join(trigger)}", f"{found.title}, {words(trigger)}"
         return [found]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
         found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)

@@ -258,18 +258,24 @@ def _ablated(case: Case, values: dict[str, Values], impl: Implementation) -> lis
     return out
 
 
+def _right(case: Case, values: dict[str, Values], step: Steps, impl: Implementation, device: torch.device,
+           reseeded: bool = False) -> bool:
+    """Whether the per-head call with these [H] scales writes the reference's bytes; with `reseeded`, also once
+    more with other values (a defect of a few values does not pass both by chance)."""
+    called = _per_head_call(case, values, step, impl, device)
+    right = called is not None and _same_caches(*called)
+    return right and (not reseeded or _right(case.replace(seed=(case.seed + 7919) % 2**31), values, step, impl,
+                                             device))
+
+
 def value_trigger(case: Case, values: dict[str, Values], step: Steps, impl: Implementation,
                   device: torch.device) -> list[str]:
     """The dimensions of a per-head call's wrong bytes that no reading explains: each ablation of `_ablated`
-    named where every variant's call, and each once more with other values, is right (a defect of a few
-    values does not vanish by chance)."""
-    def right(variant: Case) -> bool:
-        called = _per_head_call(variant, values, step, impl, device)
-        return called is not None and _same_caches(*called)
-    if right(case):  # the failure does not repeat: nothing to locate
+    named where every variant's call is right, twice (`_right`), where the failure repeats."""
+    if _right(case, values, step, impl, device):  # the failure does not repeat: nothing to locate
         return []
     return [name for name, variants in _ablated(case, values, impl)
-            if all(right(v) and right(v.replace(seed=(v.seed + 7919) % 2**31)) for v in variants)]
+            if all(_right(v, values, step, impl, device, reseeded=True) for v in variants)]
 
 
 def _zero_heads_set(values: Values) -> Values:
@@ -361,15 +367,8 @@ def per_head_size_rule(case: Case, values: dict[str, Values], step: Steps, impl:
     it holds for the failing D (a scale indexed by an element's offset over the padded head width, seen held
     out, is wrong only where D is not a power of two)."""
     from conformance.diagnosis.ablation import probed_rule, resized
-
-    def fails(variant: Case) -> bool:
-        called = _per_head_call(variant, values, step, impl, device)
-        return called is None or not _same_caches(*called)
-
-    def fails_at(n: int) -> bool:
-        variant = resized(case, "dim", n)
-        return fails(variant) or fails(variant.replace(seed=(case.seed + 7919) % 2**31))
-    return probed_rule(case, "dim", fails_at)
+    return probed_rule(case, "dim", lambda n: not _right(resized(case, "dim", n), values, step, impl, device,
+                                                         reseeded=True))
 
 
 def _distinct(heads: int) -> Values:

@@ -185,15 +185,15 @@ STORED_RULES: tuple[tuple[str, str, Scales, Scales], ...] = (
 )
 
 
-def _floor_read(plain: dict[str, torch.Tensor], got: dict[str, torch.Tensor], floor_bits: int) -> float | None:
-    """The one scale the kernel stored wherever the reference stores its floor (an all-zero head's scale),
-    when that differs: the kernel's own floor. None where no such word differs, or they disagree."""
+def _floor_read(plain: dict[str, torch.Tensor], got: dict[str, torch.Tensor], floor_word: int) -> float | None:
+    """The one scale the kernel stored wherever the reference stores its floor (an all-zero head's scale, whose
+    fp32 bits as int32 are `floor_word`), when that differs: the kernel's own floor. None where no such word
+    differs, or they disagree."""
     found = set()
     for name, p in plain.items():
         n = p.numel() // 4 * 4
         ours, theirs = p[:n].view(torch.int32), got[name][:n].view(torch.int32)
-        at = (ours == torch.tensor(floor_bits).to(torch.int32)) & (theirs != ours)
-        found |= set(theirs[at].tolist())
+        found |= set(theirs[(ours == floor_word) & (theirs != ours)].tolist())
     if len(found) != 1:
         return None
     value = torch.tensor([found.pop()], dtype=torch.int32).view(torch.float32).item()
@@ -205,7 +205,7 @@ def _floor_rule(plain: list[dict[str, torch.Tensor]], got: list[dict[str, torch.
     """The recipe's rule with the floor the kernel stored for an all-zero head (a constant copied from a sibling
     kernel, say), where the recipe's floor lands on the scale it stores; None where it stores none."""
     zero = head_scales(torch.zeros(1, 1), recipe)
-    floors = {_floor_read(p, g, int(zero.view(torch.int32).item()) & 0xFFFFFFFF) for p, g in zip(plain, got)} - {None}
+    floors = {_floor_read(p, g, int(zero.view(torch.int32).item())) for p, g in zip(plain, got)} - {None}
     if len(floors) != 1:
         return None
     stored = floors.pop()
@@ -326,7 +326,6 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                 continue
             if recipe != held and all(_same(w, p) for w, p in zip(want, plains[held.name])):
                 continue  # another recipe's rule that gives the held recipe's bytes: no defect
-
             if all(_same(w, g) for w, g in zip(want, got)):
                 other = "" if recipe == held else f" (under {recipe.name}, not the held {held.name})"
                 return Finding("per-token-head", key, f"with dynamic per-(token, head) scales, {title}{other}",
