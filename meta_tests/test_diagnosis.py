@@ -3384,6 +3384,27 @@ def test_a_nan_mask_taken_from_the_other_input_is_named() -> None:
     assert [f.key.split("@")[0] for f in found] == ["kv-mixed:nan-mask"], [(f.key, f.title) for f in found]
 
 
+def _nan_sign_kept(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """Every value right but a negative NaN, written 0xFF (the cast's sign kept) where every recipe writes 0x7F."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    for x, cache in ((k, k_cache), (v, v_cache)):
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[-2:])
+        for t, slot in enumerate(cache_loc.tolist()):
+            if 0 <= slot < rows.shape[0]:
+                negative_nan = x[t].isnan() & (x[t].view(torch.int16) < 0)
+                rows[slot] = torch.where(negative_nan, 0xFF, rows[slot]).to(torch.uint8)
+
+
+def test_a_nan_sign_kept_is_not_the_other_inputs_nan_mask() -> None:
+    """A fresh check kernel of this session (an SGLang write, accumulating into 4-D caches, over a base that keeps the
+    NaN sign) had its base's kept sign named `kv-mixed:nan-mask`: the mask model's own-NaN bytes with their sign kept
+    fit a NaN sign kept too. Where every differing byte is NaN in the recipe, the sign rule is the one."""
+    case = _case(cache_rank=4, overrides=(Override("v", 3, 0xFFC0, "-nan"),))
+    found = Diagnoser(_impl(_nan_sign_kept), CPU).diagnose(case)
+    assert [f.key.split("@")[0] for f in found] == ["encoding:nan-sign"], [(f.key, f.title) for f in found]
+
+
 def _fp16_rebias_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                        use_triton=True, *, recipe="unfused", checked=False):
     """float16 inputs widened by the exponent rebias alone: ±0 and subnormals m * 2**-24 read as
