@@ -388,7 +388,7 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
     `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `grouped` (four heads at a time where
     `groups_fit`, or a head at a time) replace the wrapper's choice on CUDA: for tuning sweeps
     (tools.tile_sweep --per-token-head). By default the four-heads path runs under the interpreter only, where
-    CI checks its bytes: compiled, it has not yet been run on a GPU (docs/per-token-head.md)."""
+    CI checks its bytes: compiled, it is exact but slower than a head at a time (docs/per-token-head.md)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():

@@ -672,26 +672,29 @@ class Diagnoser:
             return []  # (which token's bytes a shared slot holds): the caller reads the failure's own text
         findings: dict[str, Finding] = {}
         values: dict[str, Case] = {}  # the value effects found, and the minimal Case each was read from
-        for symptom in sorted(first.symptoms):
-            self._raising = raised(first.error).key if symptom.startswith("raises:") and first.error else None
-            minimal, trigger = self.minimize(case, symptom)
-            for effect in self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]:
-                if effect.value and not effect.key.endswith(":unexplained"):
-                    values.setdefault(effect.key, minimal)
-                named = trigger
-                if _placed(effect) and symptom in VALUE_SYMPTOMS:
-                    # Bytes out of place that differ in their signs alone (every moved byte ±0 at an extreme
-                    # scale): an ordinary scale turns the symptom into misplaced bytes, and the failure stays.
-                    named = self._trigger(minimal, symptom, also=frozenset({"placement"}))
-                if effect.key == "wrong-slot:tokens-moved":
-                    named = self._order_trigger(minimal, named)
-                if effect.key == "overrun:rows" and "first-slot" in named:
-                    named = self._stray_trigger(minimal, named)
-                if effect.value:
-                    named = self._value_trigger(minimal, symptom, named)
-                f = finding(effect, named, minimal, case.recipe)
-                findings.setdefault(f.key, f)
-        self._raising = None
+        try:  # _raising names the raise under diagnosis, and no other call's
+            for symptom in sorted(first.symptoms):
+                self._raising = raised(first.error).key if symptom.startswith("raises:") and first.error else None
+                minimal, trigger = self.minimize(case, symptom)
+                effects = self.effects(minimal, symptom) or [Effect("wrong-bytes:unexplained", "writes wrong bytes")]
+                for effect in effects:
+                    if effect.value and not effect.key.endswith(":unexplained"):
+                        values.setdefault(effect.key, minimal)
+                    named = trigger
+                    if _placed(effect) and symptom in VALUE_SYMPTOMS:
+                        # Bytes out of place that differ in their signs alone (every moved byte ±0 at an extreme
+                        # scale): an ordinary scale turns the symptom into misplaced bytes, and the failure stays.
+                        named = self._trigger(minimal, symptom, also=frozenset({"placement"}))
+                    if effect.key == "wrong-slot:tokens-moved":
+                        named = self._order_trigger(minimal, named)
+                    if effect.key == "overrun:rows" and "first-slot" in named:
+                        named = self._stray_trigger(minimal, named)
+                    if effect.value:
+                        named = self._value_trigger(minimal, symptom, named)
+                    f = finding(effect, named, minimal, case.recipe)
+                    findings.setdefault(f.key, f)
+        finally:
+            self._raising = None
         kept = narrowest(self._one_trigger_per_effect(list(findings.values())))
         behind = self._behind_values(case, first, values) if values else None
         if behind is not None and not any(same_effect(f.key) == same_effect(behind[1].key) for f in kept):
