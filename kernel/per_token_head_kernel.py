@@ -7,7 +7,7 @@ grid covers token blocks and head blocks. The launch creates no tensor and reads
 variants); instead the wrapper, after it checked strides and base addresses, says how many bytes of a
 head's row a thread may load (X_ALIGN) and store (C_ALIGN) at once, and VEC, the larger in elements,
 that dims are unit-stride and the mask constant over that many (see `_widths`). The inline layout may instead
-go four heads at a time (GROUPED, `_write_groups`, where `groups_fit`), for 16-byte stores.
+go out in 16-byte stores from a shifted tile (SHIFTED, `_load_shifted`, where `shifted_fit`).
 Exactness, on GPU and in the interpreter alike:
 - NaN never reaches a floating-point max or min: a head's amax is the integer max of its |x|'s bit
   patterns, which order like the values, and a NaN's bits exceed inf's, so the same max says whether
@@ -88,12 +88,18 @@ def _widen(x, SOFTWARE: tl.constexpr):
 
 
 @triton.jit
-def _head_scale(x32, VLLM: tl.constexpr, FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
-    """[BT, BH, BD] fp32 values -> each head's fp32 scale [BT, BH]. Lanes outside the heads hold 0 (the
-    loads' `other`), which never raises an amax."""
-    # |x|'s bits as integers order like |x| (+0 < subnormals < normals < inf < NaNs): one exact max on
-    # every backend gives amax and, above inf's bits, the head's NaN flag.
+def _amax_bits(x32):
+    """[BT, BH, BD] fp32 values -> each head's max |x| as fp32 bits (int32 [BT, BH]). |x|'s bits as integers
+    order like |x| (+0 < subnormals < normals < inf < NaNs): one exact max on every backend gives amax and,
+    above inf's bits, the head's NaN flag. Lanes outside the heads hold 0 (the loads' `other`), which never
+    raises it."""
     amax_bits = tl.max(x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    return amax_bits
+
+
+@triton.jit
+def _scale_of(amax_bits, VLLM: tl.constexpr, FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
+    """Each head's `_amax_bits` -> its fp32 scale."""
     has_nan = amax_bits > 0x7F800000
     amax = tl.where(has_nan, 0, amax_bits).to(tl.float32, bitcast=True)
     q_max = tl.zeros_like(amax) + 448.0
@@ -135,7 +141,7 @@ def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
                     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
     """[BT, BH, BD] input values -> (e4m3 bytes [BT, BH, BD], each head's fp32 scale [BT, BH])."""
     x32 = _widen(x, SOFTWARE)
-    s = _head_scale(x32, VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
+    s = _scale_of(_amax_bits(x32), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
     return _encode(x32, s[:, :, None], _reciprocal(s, VLLM)[:, :, None], VLLM, SOFTWARE, EXACT_FMA), s
 
 
@@ -159,93 +165,48 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
 
 
 @triton.jit
-def _pick(j, a, b, c, d):
-    """Per lane, the value of head j (0..3) of a group: a, b, c or d ([BT, BG]) broadcast over j's lanes."""
-    jj = j[None, None, :]
-    return tl.where(jj == 0, a[:, :, None], tl.where(jj == 1, b[:, :, None],
-                                                     tl.where(jj == 2, c[:, :, None], d[:, :, None])))
+def _load_shifted(x_rows, p, ok, D, X_BODY: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A head's inline slot row at 16-byte stores (`_store_shifted`): its D values split in two tiles, the body,
+    dims p .. p + D - 17, and the edge, 32 lanes whose first 20 are dims 0 .. p - 1 then p + D - 16 .. D + 3
+    (past D - 1: the scale's 4 bytes, no input). p in {0, 4, 8, 12} is where the slot row's first 16-byte
+    boundary lies (the same for every head of a program); D is a multiple of 16 (wrapper-checked), so every
+    mask is constant over runs of 4 lanes, and the body's over 16. x_rows: [BT, BH] pointers to each
+    head's first input element; the body starts X_BODY-byte aligned (wrapper-checked)."""
+    e = tl.arange(0, BLOCK_D)
+    body_ok = tl.max_constancy(e < D - 16, 16)
+    body_rows = tl.multiple_of(x_rows + p, (X_BODY, X_BODY))
+    body = tl.load(body_rows[:, :, None] + e[None, None, :], mask=ok[:, :, None] & body_ok[None, None, :], other=0.0)
+    lane = tl.arange(0, 32)
+    dim = tl.max_contiguous(tl.multiple_of(tl.where(lane < p, lane, D - 16 + lane), 4), 4)
+    edge_ok = tl.max_constancy((lane < 20) & (dim < D), 4)
+    edge = tl.load(x_rows[:, :, None] + dim[None, None, :], mask=ok[:, :, None] & edge_ok[None, None, :], other=0.0)
+    return body, edge
 
 
 @triton.jit
-def _group_scale(x_rows, j: tl.constexpr, x_sh, d64, tg_ok, VLLM: tl.constexpr, SOFTWARE: tl.constexpr,
-                 FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr, X_ALIGN: tl.constexpr):
-    """Head j of each group's scale and its `_reciprocal` ([BT, BG]), from its whole row."""
-    rows = tl.multiple_of(x_rows + j * x_sh, (X_ALIGN, X_ALIGN))  # x_sh keeps X_ALIGN (wrapper-checked)
-    x = tl.load(rows[:, :, None] + d64[None, None, :], mask=tg_ok[:, :, None], other=0.0)
-    s = _head_scale(_widen(x, SOFTWARE), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
-    return s, _reciprocal(s, VLLM)
-
-
-@triton.jit
-def _group_scales(x_rows, x_sh, tg_ok, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, FLOOR_V: tl.constexpr,
-                  FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr, X_ALIGN: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The group's 4 scales, then their 4 `_reciprocal`s."""
-    d64 = tl.arange(0, BLOCK_D).to(tl.int64)
-    s0, r0 = _group_scale(x_rows, 0, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
-    s1, r1 = _group_scale(x_rows, 1, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
-    s2, r2 = _group_scale(x_rows, 2, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
-    s3, r3 = _group_scale(x_rows, 3, x_sh, d64, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN)
-    return s0, s1, s2, s3, r0, r1, r2, r3
-
-
-@triton.jit
-def _slot_load(x_rows, x_sh, j, dim, tg_ok, BLOCK_D: tl.constexpr):
-    """The input value behind each slot byte lane (byte `dim` of the group's head j; 0 for scale bytes).
-    Each run of 4 lanes is one head's 4 consecutive dims or its scale (D + 4 and the runs are multiples
-    of 4, x_sh keeps 4-element alignment: wrapper-checked), which the hints say."""
-    is_data = tl.max_constancy(dim < BLOCK_D, 4)
-    off = tl.max_contiguous(tl.multiple_of(j.to(tl.int64) * x_sh + dim, 4), 4)
-    return tl.load(x_rows[:, :, None] + off[None, None, :], mask=tg_ok[:, :, None] & is_data[None, None, :],
-                   other=0.0)
-
-
-@triton.jit
-def _slot_store(x, c_rows, at, j, dim, writes, s0, s1, s2, s3, r0, r1, r2, r3, VLLM: tl.constexpr,
-                SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Store the group's slot bytes at positions `at`: for dim < D the e4m3 value of `x` (`_slot_load`'s),
-    else byte dim - D of head j's scale."""
-    is_data = dim < BLOCK_D
-    s = _pick(j, s0, s1, s2, s3)
-    data = _encode(_widen(x, SOFTWARE), s, _pick(j, r0, r1, r2, r3), VLLM, SOFTWARE, EXACT_FMA)
-    shift = tl.where(is_data, 0, (dim - BLOCK_D) * 8).to(tl.uint32)
-    scale = ((s.to(tl.uint32, bitcast=True) >> shift[None, None, :]) & 0xFF).to(tl.uint8)
-    tl.store(c_rows[:, :, None] + at[None, None, :], tl.where(is_data[None, None, :], data, scale),
-             mask=writes[:, :, None])
-
-
-@triton.jit
-def _write_groups(k_rows, k_sh, kc_rows, v_rows, v_sh, vc_rows, tg_ok, writes,
-                  VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, FLOOR_V: tl.constexpr,
-                  FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr, X_ALIGN: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The inline layout, four heads at a time. A head at a time, a row's D + 4 bytes allow only 4-byte
-    stores; a group's 4 (D + 4) slot bytes are contiguous and 16-byte aligned (wrapper-checked), so they
-    go out as whole 16-byte stores: the first 4D of them as one tile, the last 16 (head 3's last 12
-    dims, then its scale) as another. The scales come first, from each head's row; the slot-ordered
-    tiles then read the inputs again (from L1). Every load is issued before any store, as in the head
-    path. k_rows/v_rows: [BT, BG] pointers to each group's head 4g (X_ALIGN-byte aligned, X_ALIGN >= 4
-    elements); kc_rows/vc_rows: to its slot bytes."""
-    ks0, ks1, ks2, ks3, kr0, kr1, kr2, kr3 = _group_scales(k_rows, k_sh, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F,
-                                                           NAN_BITS, X_ALIGN, BLOCK_D)
-    vs0, vs1, vs2, vs3, vr0, vr1, vr2, vr3 = _group_scales(v_rows, v_sh, tg_ok, VLLM, SOFTWARE, FLOOR_V, FLOOR_F,
-                                                           NAN_BITS, X_ALIGN, BLOCK_D)
-    row: tl.constexpr = BLOCK_D + 4
-    at = tl.arange(0, 4 * BLOCK_D)
-    j = (at >= row).to(tl.int32) + (at >= 2 * row).to(tl.int32) + (at >= 3 * row).to(tl.int32)
-    dim = at - j * row
-    tail = tl.arange(0, 16)
-    at_t, j_t, dim_t = 4 * BLOCK_D + tail, tl.full((16,), 3, tl.int32), BLOCK_D - 12 + tail
-    xk = _slot_load(k_rows, k_sh, j, dim, tg_ok, BLOCK_D)
-    xk_t = _slot_load(k_rows, k_sh, j_t, dim_t, tg_ok, BLOCK_D)
-    xv = _slot_load(v_rows, v_sh, j, dim, tg_ok, BLOCK_D)
-    xv_t = _slot_load(v_rows, v_sh, j_t, dim_t, tg_ok, BLOCK_D)
-    _slot_store(xk, kc_rows, at, j, dim, writes, ks0, ks1, ks2, ks3, kr0, kr1, kr2, kr3, VLLM, SOFTWARE, EXACT_FMA,
-                BLOCK_D)
-    _slot_store(xk_t, kc_rows, at_t, j_t, dim_t, writes, ks0, ks1, ks2, ks3, kr0, kr1, kr2, kr3, VLLM, SOFTWARE,
-                EXACT_FMA, BLOCK_D)
-    _slot_store(xv, vc_rows, at, j, dim, writes, vs0, vs1, vs2, vs3, vr0, vr1, vr2, vr3, VLLM, SOFTWARE, EXACT_FMA,
-                BLOCK_D)
-    _slot_store(xv_t, vc_rows, at_t, j_t, dim_t, writes, vs0, vs1, vs2, vs3, vr0, vr1, vr2, vr3, VLLM, SOFTWARE,
-                EXACT_FMA, BLOCK_D)
+def _store_shifted(body, edge, c_rows, p, writes, D, VLLM: tl.constexpr, SOFTWARE: tl.constexpr,
+                   EXACT_FMA: tl.constexpr, FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    """Quantize `_load_shifted`'s tiles with their head's scale and store them: the body in 16-byte stores
+    (c_rows + p is 16-byte aligned: wrapper-checked), the edge's 20 bytes, the scale's 4 among them, in
+    4-byte ones. c_rows: [BT, BH] pointers to each head's slot row (4-byte aligned)."""
+    b32, e32 = _widen(body, SOFTWARE), _widen(edge, SOFTWARE)
+    s = _scale_of(tl.maximum(_amax_bits(b32), _amax_bits(e32)), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
+    r = _reciprocal(s, VLLM)[:, :, None]
+    e = tl.arange(0, BLOCK_D)
+    body_ok = tl.max_constancy(e < D - 16, 16)
+    body_rows = tl.multiple_of(c_rows + p, (16, 16))
+    tl.store(body_rows[:, :, None] + e[None, None, :], _encode(b32, s[:, :, None], r, VLLM, SOFTWARE, EXACT_FMA),
+             mask=writes[:, :, None] & body_ok[None, None, :])
+    lane = tl.arange(0, 32)
+    at = tl.max_contiguous(tl.multiple_of(tl.where(lane < p, lane, D - 16 + lane), 4), 4)
+    is_data = tl.max_constancy(at < D, 4)
+    shift = tl.where(is_data, 0, (at - D) * 8).to(tl.uint32)
+    scale = ((s.to(tl.uint32, bitcast=True)[:, :, None] >> shift[None, None, :]) & 0xFF).to(tl.uint8)
+    data = _encode(e32, s[:, :, None], r, VLLM, SOFTWARE, EXACT_FMA)
+    edge_ok = tl.max_constancy(lane < 20, 4)
+    tl.store(c_rows[:, :, None] + at[None, None, :],
+             tl.where(is_data[None, None, :], data, scale), mask=writes[:, :, None] & edge_ok[None, None, :])
 
 
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
@@ -257,11 +218,15 @@ def per_token_head_write(
     ks_sp, ks_so, ks_sh, vs_sp, vs_so, vs_sh,
     VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr, GROUPED: tl.constexpr,
+    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr, SHIFTED: tl.constexpr, X_BODY: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    if SHIFTED:  # a program's heads are of one class h % 4, so their inline rows start alike mod 16 bytes
+        h_class = tl.program_id(1) % 4
+        h = h_class + 4 * ((tl.program_id(1) // 4) * BLOCK_H + tl.arange(0, BLOCK_H))
+    else:
+        h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
     t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)  # offsets are 64-bit safe
 
@@ -276,15 +241,18 @@ def per_token_head_write(
     slot = tl.where(in_range, loc, 0)
     page = slot // page_size
     offset = slot - page * page_size
-    if GROUPED:  # h counts groups of 4 heads; the wrapper checked what _write_groups says
-        tg_ok = (t < T)[:, None] & (h < H // 4)[None, :]
-        g_writes = in_range[:, None] & (h < H // 4)[None, :]
-        _write_groups(
-            tl.multiple_of(k_ptr + (t64 * k_st)[:, None] + (h64 * 4 * k_sh)[None, :], (X_ALIGN, X_ALIGN)), k_sh,
-            tl.multiple_of(kc_ptr + (page * kc_sp + offset * kc_so)[:, None] + (h64 * 4 * kc_sh)[None, :], (16, 16)),
-            tl.multiple_of(v_ptr + (t64 * v_st)[:, None] + (h64 * 4 * v_sh)[None, :], (X_ALIGN, X_ALIGN)), v_sh,
-            tl.multiple_of(vc_ptr + (page * vc_sp + offset * vc_so)[:, None] + (h64 * 4 * vc_sh)[None, :], (16, 16)),
-            tg_ok, g_writes, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS, X_ALIGN, BLOCK_D)
+    if SHIFTED:  # the wrapper checked what _load_shifted and _store_shifted say
+        ok = (t < T)[:, None] & (h < H)[None, :]
+        writes = in_range[:, None] & ok
+        # Where each slot row's first 16-byte boundary lies: rows start at h * c_sh bytes of a 16-byte
+        # aligned slot, c_sh a multiple of 4, so h % 4 decides it.
+        pk, pv = (16 - h_class * kc_sh % 16) % 16, (16 - h_class * vc_sh % 16) % 16
+        kb, ke = _load_shifted(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), pk, ok, D, X_BODY, BLOCK_D)
+        vb, ve = _load_shifted(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), pv, ok, D, X_BODY, BLOCK_D)
+        _store_shifted(kb, ke, _rows(kc_ptr, page * kc_sp + offset * kc_so, h64, kc_sh, 4), pk, writes, D, VLLM,
+                       SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS, BLOCK_D)
+        _store_shifted(vb, ve, _rows(vc_ptr, page * vc_sp + offset * vc_so, h64, vc_sh, 4), pv, writes, D, VLLM,
+                       SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS, BLOCK_D)
     else:
         writes = in_range[:, None] & (h < H)[None, :]
         mask = inside & in_range[:, None, None]
@@ -341,17 +309,15 @@ def _widths(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, cap: int = 16) ->
     return width(x // size), width(c)
 
 
-def groups_fit(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, x_vec: int) -> bool:
-    """Whether `_write_groups` may write this call: the inline layout, H a multiple of 4, D a power of two
-    of at least 16, inputs loaded 4 or more elements at once (`_widths`), and caches whose heads are
-    contiguous D + 4 byte rows with every slot 16-byte aligned, so that each group of 4 heads is 4 (D + 4)
-    contiguous, 16-byte aligned bytes."""
+def shifted_fit(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, x_vec: int) -> bool:
+    """Whether `_load_shifted` and `_store_shifted` may write this call: the inline layout, D a multiple of 16
+    of at least 32, inputs loaded 4 or more elements at once (`_widths`: unit dim strides), cache head
+    strides multiples of 4 bytes and every slot 16-byte aligned."""
     d = plan.head_dim
-    if not (plan.inline and plan.num_heads % 4 == 0 and d >= 16 and d & (d - 1) == 0 and x_vec >= 4):
+    if not (plan.inline and d % 16 == 0 and d >= 32 and x_vec >= 4):
         return False
     kcs, vcs = Plan.cache_strides(kc, plan.page_size), Plan.cache_strides(vc, plan.page_size)
-    rows = kcs[2] == vcs[2] == d + 4 and kcs[3] == vcs[3] == 1
-    return rows and _alignment(kc.data_ptr(), vc.data_ptr(), *kcs[:2], *vcs[:2]) == 16
+    return kcs[2] % 4 == vcs[2] % 4 == 0 and _alignment(kc.data_ptr(), vc.data_ptr(), *kcs[:2], *vcs[:2]) == 16
 
 
 def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
@@ -383,17 +349,17 @@ def pth_tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[i
 
 
 def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
-                          vec: int | None = None, grouped: bool | None = None) -> None:
+                          vec: int | None = None, shifted: bool | None = None) -> None:
     """Run the kernel for a validated plan (nothing to do for T == 0).
-    `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `grouped` (four heads at a time where
-    `groups_fit`, or a head at a time) replace the wrapper's choice on CUDA: for tuning sweeps
-    (tools.tile_sweep --per-token-head). By default the four-heads path runs under the interpreter only, where
-    CI checks its bytes: compiled, it is exact but slower than a head at a time (docs/per-token-head.md)."""
+    `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `shifted` (inline rows in 16-byte stores where
+    `shifted_fit`, or a head's whole row in 4-byte ones) replace the wrapper's choice on CUDA: for tuning sweeps
+    (tools.tile_sweep --per-token-head). By default the shifted path runs under the interpreter only, where
+    CI checks its bytes, until a GPU run has measured it (docs/per-token-head.md)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.k.device):  # Triton launches on the current device (docs/facts.md)
-            return launch_per_token_head(plan, encoder, tile=tile, vec=vec, grouped=grouped)
+            return launch_per_token_head(plan, encoder, tile=tile, vec=vec, shifted=shifted)
     if plan.k.device.type != "cuda" and not interpreted():
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.k.device}")
@@ -401,16 +367,16 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     x_vec, c_align = _widths(plan, kc, vc, 16 if vec is None else vec)
-    grouped = (interpreted() if grouped is None else grouped) and groups_fit(plan, kc, vc, x_vec)
-    # Grouped, the tile's "heads" are groups of 4 and its rows 4D long.
-    heads, row = (plan.num_heads // 4, 4 * plan.head_dim) if grouped else (plan.num_heads, plan.head_dim)
+    shifted = (interpreted() if shifted is None else shifted) and shifted_fit(plan, kc, vc, x_vec)
+    # Shifted, a program's heads are of one class h % 4 (4 classes on the grid's head axis), its body tile D - 16.
+    heads, row = (triton.cdiv(plan.num_heads, 4), plan.head_dim - 16) if shifted else (plan.num_heads, plan.head_dim)
     block_t, block_h, block_d, warps = (pth_tile_for(heads, row, *tile) if tile else
                                         choose_pth_tile(plan.num_tokens, heads, row, software))
     if max(x_vec, c_align) == 1 and not tile and not interpreted():
         # Unvectorized, larger tiles spill: 1024 elements ran at 28.6 % of a copy, 2048 at 8.1 %, 4096 at 3.9 %
         # (T = 32768, 8x128, docs/results/h200-2026-12-04-c.md).
         block_t, block_h, block_d, warps = pth_tile_for(heads, row, 1024)
-    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(heads, block_h))
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(heads, block_h) * (4 if shifted else 1))
     # Inline: the scale pointers are unused; the cache_loc tensor stands in (no tensor is made).
     ks = plan.k_scale_cache if plan.k_scale_cache is not None else plan.cache_loc
     vs = plan.v_scale_cache if plan.v_scale_cache is not None else plan.cache_loc
@@ -423,7 +389,8 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
         VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software, EXACT_FMA=fma_is_exact(),
         FLOOR_V=fp32_bits(FLOOR_VLLM), FLOOR_F=fp32_bits(FLOOR_FLASHINFER), NAN_BITS=NAN_SCALE_BITS,
         VEC=max(x_vec, c_align), X_ALIGN=x_vec * plan.k.element_size() if x_vec > 1 else 1, C_ALIGN=c_align,
-        GROUPED=grouped, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d // 4 if grouped else block_d,
+        SHIFTED=shifted, X_BODY=_alignment(4 * plan.k.element_size(), x_vec * plan.k.element_size()),
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
         num_warps=warps,
     )
 
