@@ -270,3 +270,19 @@ def test_a_token_taken_for_padding_is_named_unwritten():
     found = pth_cause(one_head, impl, CPU) or pth_unwritten(one_head, impl, CPU)
     assert found is not None and found.key == "per-token-head:unwritten", found
     assert pth_unwritten(_CASE, impl, CPU) is None  # no key of zeros: nothing left unwritten
+
+
+def test_a_write_one_scale_rule_off_the_conventions_recipe_is_held_to_it(monkeypatch):
+    """Held-out batch 54: vLLM's arithmetic (the reciprocal multiplied) with the floor put on the amax,
+    `amax.clamp(min=1e-6) / 448`, differs from FlashInfer's recipe in fewer bytes than from vLLM's; held to the
+    closest, its report named two defects (FlashInfer's floor value and vLLM's floor placement). One rule off
+    vLLM's recipe explains every probe byte, and one FlashInfer rule does not (the probe's ordinary values
+    tell the reciprocal from the division)."""
+    from conformance.diagnosis.pth_identification import identify_per_token_head
+
+    def floored_amax(x32):
+        return x32.abs().amax(dim=-1).clamp(min=1e-6) / 448.0
+    monkeypatch.setattr(example, "_quantize", _quantize_with(floored_amax))
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    held, note = identify_per_token_head(impl, CPU)
+    assert held == "per-token-head-vllm" and "per-token-head:floor-on-amax" in note, (held, note)

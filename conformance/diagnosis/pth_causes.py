@@ -278,12 +278,12 @@ def _written(pc: PTHCase, impl, device: torch.device) -> dict[str, torch.Tensor]
     return None if _run(impl, actual) is not None else _whole(actual)
 
 
-def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
+def pth_cause(pc: PTHCase, impl, device: torch.device, held_only: bool = False) -> Finding | None:
     """The one scale rule of RULES under which the reference gives every byte the implementation wrote, on the
     failing PTHCase and on it with special heads (where a failing Case shows the rule only as the other
     recipe's rounding, say); the rule must differ from its recipe on one of them. Under the held recipe first,
     then under the other (a kernel of vLLM's arithmetic with FlashInfer's floor is closer to FlashInfer's
-    recipe, so it is held to that)."""
+    recipe, so it is held to that). held_only: the held recipe's rules alone."""
     cases = [pc, *_with_special_heads(pc)] if pc.case.num_tokens else [pc]
     got = [_written(c, impl, device) for c in cases]
     if got[0] is None:
@@ -315,7 +315,7 @@ def pth_cause(pc: PTHCase, impl, device: torch.device) -> Finding | None:
             return Finding("per-token-head", "per-token-head:scale-caches-as-contiguous", "with dynamic "
                            "per-(token, head) scales, writes its scale caches ignoring their strides (as if "
                            "contiguous [pages, page_size, H] from their first element)", replayable=False)
-    for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held)]:
+    for recipe in [held, *(r for r in PTH_RECIPES.values() if r != held and not held_only)]:
         plain = plains.get(recipe.name) or [_reference_with(c, device, recipe, head_scales) for c in cases]
         floor = _floor_rule(plain, got, recipe)
         for key, title, scales, *stored in [*rules, *([floor] if floor else []), *stored_rules]:
