@@ -824,6 +824,16 @@ def _saved_pth_case(path: str):
         return None
 
 
+def _pth_raised(error: str) -> Finding:
+    """A per-token-head call's raise, as the property words it ('Type: message')."""
+    m = re.match(r"(\w+(?:\.\w+)*): (.*)", error.split("\n", 1)[0])
+    if m is None:
+        return raised(error)
+    found = raised(f" raised {m.group(1)}: {m.group(2)}")
+    found.excerpt = error[:800]
+    return found
+
+
 def _per_token_head(message: str) -> Finding:
     """A per-token-head write's wrong bytes, by where conformance/pth_bytediff.py located them: outside the
     written slots, only in the stored scales, or in the data bytes."""
@@ -1028,9 +1038,17 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                 found.key, found.title = f"{found.key}@{'+'.join(trigger)}", f"{found.title}, {words(trigger)}"
         return [found]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
-        found = raised(message.split("\n", 1)[-1]) if "raises on a valid" in what else _per_token_head(message)
+        error = message.split("\n", 1)[-1]
+        found = _pth_raised(error) if "raises on a valid" in what else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays
         base = _load(saved.group(1)) if saved else None
+        if base is not None and found.key.startswith("raises:") and impl and device:
+            pc = _saved_pth_case(saved.group(1))
+            from conformance.diagnosis.pth_causes import pth_raise_rules
+            rules = pth_raise_rules(pc, impl, device, error) if pc is not None else []
+            if rules:  # grouped by what triggers it, not by its message
+                found.key = f"raises:{found.facts['exception']}@{'+'.join(r.name for r in rules)}"
+                found.title = f"raises {found.facts['exception']}, {', '.join(r.words for r in rules)}"
         if base is not None and found.key in ("per-token-head:values", "per-token-head:scales",
                                               "per-token-head:writes-outside") and impl and device:
             pc = _saved_pth_case(saved.group(1))

@@ -7,6 +7,7 @@ recipe's (kernel/per_token_head.py, `head_scales`), and one that gives every byt
 inline scales and scale caches, untouched bytes included) names the cause:
 - one amax over all of a token's heads (a per-token scale where the recipe has one a head);
 - NaN left out of a head's amax (fmaxf), where the recipe makes the head's scale NaN;
+- a NaN scale floored (the floor's max drops NaN): a NaN head gets the floor as its scale;
 - ±inf left out of a head's amax (an amax kept "robust" to outliers), where the recipe's scale is inf;
 - the NaN flag reduced over all of a token's heads: one NaN makes every head of its token NaN;
 - the floor put on the other side of the division (vLLM floors the scale, FlashInfer the amax);
@@ -93,6 +94,13 @@ def _signed_amax(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
     return torch.where(nan.any(-1), torch.nan, head_scales(head, recipe))
 
 
+def _nan_floored(x32: torch.Tensor, recipe: PerTokenHeadRecipe) -> torch.Tensor:
+    """The recipe's rule with a floor that drops NaN (`torch.fmax`, C's fmaxf, Triton's compiled tl.maximum): a
+    head holding a NaN gets the floored scale an all-zero head gets, where the recipe's scale is NaN."""
+    s = head_scales(x32, recipe)
+    return torch.where(torch.isnan(s), head_scales(torch.zeros_like(x32), recipe), s)
+
+
 def _floored(where: str) -> Scales:
     """The recipe's rule with its floor on the amax ("amax"), on the scale ("scale"), or none ("none")."""
     return lambda x32, recipe: head_scales(x32, recipe, floor_on=where)
@@ -146,6 +154,8 @@ RULES: tuple[tuple[str, str, Scales], ...] = (
      _nan_dropped),
     ("per-token-head:nan-over-heads", "takes the NaN flag over all of a token's heads (one NaN makes every head of "
      "its token NaN), the amax per head", _nan_over_heads),
+    ("per-token-head:nan-floored", "floors a NaN scale (a max that drops NaN: fmaxf, torch.fmax, a compiled "
+     "tl.maximum), so a head holding a NaN gets the floor as its scale, where the recipe's is NaN", _nan_floored),
     ("per-token-head:inf-dropped", "leaves ±inf out of a head's amax, so a head holding one gets a finite scale "
      "where the recipe's is inf", _inf_dropped),
     ("per-token-head:floor-on-amax", "floors the amax, where the recipe floors the scale", _floored("amax")),
@@ -374,3 +384,22 @@ def pth_size_rule(pc: PTHCase, impl, device: torch.device) -> SizeRule | None:
                 return True
         return False
     return probed_rule(pc.case, "dim", fails)
+
+
+def pth_raise_rules(pc: PTHCase, impl, device: torch.device, error: str) -> list[SizeRule]:
+    """The rules on H, T and D a per-token-head call's raise follows (`probed_rule`): the PTHCase replayed at
+    each probed size, a size failing where the call raises the same exception type. So one cause's raises
+    group by what triggers them, whatever their messages (a shape in the message follows the layout)."""
+    from conformance.test_per_token_head import _run
+    etype = error.split(":", 1)[0]
+    rules = []
+    for attr in ("heads", "tokens", "dim"):
+        def fails(n: int, attr: str = attr) -> bool:
+            case = resized(pc.case, attr, n)
+            heads = tuple(h for h in pc.heads if h[1] < case.num_tokens and h[2] < case.num_heads)
+            got = _run(impl, build_pth(dataclasses.replace(pc, case=case, heads=heads), device))
+            return got is not None and got.split(":", 1)[0] == etype
+        rule = probed_rule(pc.case, attr, fails)
+        if rule is not None:
+            rules.append(rule)
+    return rules
