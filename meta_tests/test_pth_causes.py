@@ -286,3 +286,51 @@ def test_a_write_one_scale_rule_off_the_conventions_recipe_is_held_to_it(monkeyp
     impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
     held, note = identify_per_token_head(impl, CPU)
     assert held == "per-token-head-vllm" and "per-token-head:floor-on-amax" in note, (held, note)
+
+
+def test_a_nan_scale_floored_is_named(monkeypatch):
+    """Held-out batch 54's pair floored with `torch.fmax`, which drops NaN: a NaN head gets the floor as its
+    scale (its finite values saturate), where the recipe's scale is NaN."""
+    def fmax_floor(x32):
+        amax = x32.abs().amax(dim=-1)
+        return torch.fmax(amax / torch.full_like(amax, 448.0), torch.full_like(amax, 1e-6))
+    monkeypatch.setattr(example, "_quantize", _quantize_with(fmax_floor))
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    nan_head = dataclasses.replace(_CASE, heads=(("k", 0, 1, "nan"),))
+    found = pth_cause(nan_head, impl, CPU)
+    assert found is not None and found.key == "per-token-head:nan-floored", found
+
+
+def test_an_inline_scale_stored_first_is_named():
+    """Held-out batch 54: each inline row written as the scale's 4 bytes, then the D data bytes."""
+    def header(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache=None, v_scale_cache=None):
+        shape = (*key_cache.shape[:-1], 1)
+        ks, vs = (torch.empty(shape, dtype=torch.float32).squeeze(-1) for _ in range(2))
+        dim = key.shape[-1]
+        k_rows, v_rows = (torch.empty(c.shape[:-1] + (dim,), dtype=c.dtype) for c in (key_cache, value_cache))
+        example.reshape_and_cache(key, value, k_rows, v_rows, slot_mapping, k_scale_cache=ks, v_scale_cache=vs)
+        for cache, rows, s in ((key_cache, k_rows, ks), (value_cache, v_rows, vs)):
+            loc = slot_mapping[(slot_mapping >= 0) & (slot_mapping < cache.shape[0] * cache.shape[1])]
+            at = (loc // cache.shape[1], loc % cache.shape[1])
+            cache.view(torch.uint8)[at] = torch.cat((s[at].contiguous().view(torch.uint8).reshape(*s[at].shape, 4),
+                                                     rows.view(torch.uint8)[at]), dim=-1)
+    impl = Implementation("pth", header, convention=get_convention("vllm-per-token-head"))
+    inline = dataclasses.replace(_CASE, layout="inline", k_scale_layout=None, v_scale_layout=None)
+    found = pth_cause(inline, impl, CPU)
+    assert found is not None and found.key == "per-token-head:inline-scale-first", found
+
+
+def test_a_per_token_head_raise_is_keyed_by_the_sizes_that_trigger_it():
+    """Held-out batch 54's pair: a bare `.squeeze()` drops the head dim of a one-head batch of several tokens,
+    and the store raises, its message's shapes those of each layout (two keys by text, one by trigger)."""
+    from conformance.diagnosis.pth_causes import pth_raise_rules
+
+    def squeezed(key, value, key_cache, value_cache, slot_mapping, *, k_scale_cache, v_scale_cache):
+        if key.shape[1] == 1 and key.shape[0] > 1:
+            raise RuntimeError(f"shape mismatch: value tensor of shape [{key.shape[0]}] cannot be broadcast")
+        example.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale_cache=k_scale_cache,
+                                  v_scale_cache=v_scale_cache)
+    impl = Implementation("pth", squeezed, convention=get_convention("vllm-per-token-head"))
+    one_head = dataclasses.replace(_CASE, case=_CASE.case.replace(num_heads=1))
+    rules = pth_raise_rules(one_head, impl, CPU, "RuntimeError: shape mismatch")
+    assert [r.name for r in rules] == ["heads-below:2", "tokens-above:1"], rules

@@ -25,7 +25,8 @@ inline scales and scale caches, untouched bytes included) names the cause:
 - a NaN head quantized with a reciprocal of 0 (a guard `s > 0 ? 1/s : 0` that NaN fails), its NaN scale stored;
 - another floor: the value the kernel stored for an all-zero head, read off its own bytes (a constant copied
   from a sibling kernel, such as vLLM's per-token activation floor 1 / (448 * 512)).
-Before them, a strided cache_loc is tried read as contiguous (tokens at other tokens' slots), and separate scale
+Before them, an inline scale is tried stored first in its row (a header, the data after it), a strided
+cache_loc is tried read as contiguous (tokens at other tokens' slots), and separate scale
 caches addressed as contiguous from their first element (their strides ignored), where the scales land when a
 kernel computes their offsets from the shape.
 None: no such rule explains it.
@@ -46,6 +47,7 @@ from kernel.per_token_head import (
     FLOOR_FLASHINFER,
     FLOOR_ON,
     FLOOR_VLLM,
+    SCALE_BYTES,
     PTHPlan,
     get_pth_recipe,
     head_scales,
@@ -271,6 +273,22 @@ def _reference_with(pc: PTHCase, device: torch.device, recipe: PerTokenHeadRecip
     return _whole(b)
 
 
+def _scale_first(pc: PTHCase, device: torch.device) -> dict[str, torch.Tensor]:
+    """The reference's bytes with each written inline row's scale first: its 4 bytes at 0..3, its D bytes
+    after them (a scale kept as a row header)."""
+    b = build_pth(pc, device)
+    plan = make_pth_plan(**b.call())
+    if plan.num_tokens:
+        write_per_token_head(plan)
+        loc = plan.cache_loc.to(torch.int64)
+        slots = loc[(loc >= 0) & (loc < plan.num_slots)].unique()
+        index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
+        for cache in (plan.k_cache, plan.v_cache):
+            rows = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
+            rows[index] = torch.roll(rows[index], SCALE_BYTES, dims=-1)
+    return _whole(b)
+
+
 def _with_special_heads(pc: PTHCase) -> list[PTHCase]:
     """The PTHCase with every head of K a special one (HEAD_KINDS in turn) and V as it was: a scale rule
     that differs from the recipe's only on zero, tiny, subnormal, inf or NaN heads shows there. Where the Case
@@ -318,6 +336,10 @@ def pth_cause(pc: PTHCase, impl, device: torch.device, held_only: bool = False) 
             return Finding("per-token-head", "per-token-head:cache-loc-stride-ignored", "with dynamic "
                            "per-(token, head) scales, reads cache_loc ignoring its stride (as if contiguous from its "
                            "first element), so tokens land at other tokens' slots", replayable=False)
+    if pc.layout == "inline" and all(_same(_scale_first(c, device), g) for c, g in zip(cases, got)):
+        return Finding("per-token-head", "per-token-head:inline-scale-first", "with dynamic per-(token, head) "
+                       "scales, stores each head's inline scale before its D bytes (at 0..3, the data at 4..D+3), "
+                       "where the layout puts it after them", replayable=False)
     if pc.layout == "separate":  # where the scales go, under the held recipe
         want = [_reference_with(c, device, held, head_scales, place=_scale_caches_contiguous) for c in cases]
         plain = plains[held.name]
