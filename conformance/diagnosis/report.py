@@ -282,7 +282,8 @@ def _title(key: str, group: list[Finding]) -> str:
     if key.startswith("rounding:"):
         asked = sorted({f.facts.get("held") for f in group if f.facts.get("held")}, key=list(RECIPES).index)
         return f"computes {key.split(':', 1)[1]} where {', '.join(asked) or 'another recipe'} is asked"
-    return GROUP_TITLES.get(key) or Counter(f.title for f in group).most_common(1)[0][0]
+    own = [f for f in group if not f.facts.get("symptom_of")] or group  # a named cause, not the symptoms moved in
+    return GROUP_TITLES.get(key) or Counter(f.title for f in own).most_common(1)[0][0]
 
 
 def _slug(text: str) -> str:
