@@ -809,6 +809,22 @@ def _half_away(a: torch.Tensor) -> torch.Tensor:
     return torch.copysign(torch.floor(m / q + 0.5).mul(q).clamp(max=448.0), a)
 
 
+def _half_odd(a: torch.Tensor) -> torch.Tensor:
+    """|y| onto the e4m3 grid to nearest, an exact tie to the odd neighbour (a rounding step's arms swapped)."""
+    m = a.abs()
+    binade = torch.floor(torch.log2(m.clamp(min=2.0**-30))).clamp(min=-6)
+    q = 2.0 ** (binade - 3)
+    steps = m / q
+    low = torch.floor(steps)
+    n = torch.where(steps - low == 0.5, torch.where(low % 2 == 1, low, low + 1), torch.floor(steps + 0.5))
+    return torch.copysign(n.mul(q).clamp(max=448.0), a)
+
+
+def _ties_odd_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                    *, recipe="single", checked=False):
+    _torch_single(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, _half_odd)
+
+
 def _ties_away_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
                      *, recipe="single", checked=False):
     _torch_single(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, _half_away)
@@ -820,6 +836,7 @@ def _saturates_240_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scal
 
 
 @pytest.mark.parametrize("fn, key", [(_ties_away_write, "rounds-ties-away@any"),
+                                     (_ties_odd_write, "rounds-ties-to-odd@any"),
                                      (_saturates_240_write, "saturates-low:240@any")])
 def test_a_rounding_or_overflow_rule_of_its_own_is_named(fn, key) -> None:
     """Ties rounded away from zero (a software encoder's floor(a / q + 0.5)), and a clamp at e4m3fnuz's 240

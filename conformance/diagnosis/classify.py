@@ -57,6 +57,7 @@ CELLS = {
     "rounds-ties-away": "wrong bytes", "saturates-low": "wrong bytes", "input-rounded": "wrong bytes",
     "format": "wrong bytes", "state": "wrong bytes", "kv-mixed": "wrong bytes", "carry-lost": "wrong bytes",
     "input-misread": "wrong bytes", "rounds-ties-toward-zero": "wrong bytes", "sign": "wrong bytes",
+    "rounds-ties-to-odd": "wrong bytes",
     "input-clamped": "wrong bytes", "rounds-sticky-lost": "wrong bytes", "overrun": "writes outside",
     "subnormal-grid": "wrong bytes", "double-rounding": "wrong bytes",
 }
@@ -70,6 +71,7 @@ CLASS_TITLES = {
     "storage": "storage type", "strides": "strides", "padding": "padding slots", "out-of-range": "out-of-range slots",
     "big-cache": "caches above 2**31 bytes", "per-token-head": "dynamic per-(token, head) scales",
     "rounds-ties-away": "rounding ties away from zero", "rounds-ties-toward-zero": "rounding ties toward zero",
+    "rounds-ties-to-odd": "rounding ties to odd",
     "sign": "sign", "saturates-low": "overflow bound",
     "input-rounded": "double rounding of the input", "format": "cache format",
     "state": "state kept between calls", "kv-mixed": "K and V mixed up", "carry-lost": "rounding carry lost",

@@ -866,7 +866,7 @@ EFFECT_CELLS = {"raises": "raises", "input-modified": "writes outside", "padding
                 "big-cache": "wrong bytes"}
 #: Effect classes read from each token's own input (their identity leaves the value dimensions out).
 VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "rounds-ties-away",
-                 "rounds-ties-toward-zero", "approximate-division",
+                 "rounds-ties-toward-zero", "rounds-ties-to-odd", "approximate-division",
                  "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign",
                  "carry-lost", "input-misread", "sign", "input-clamped", "rounds-sticky-lost", "subnormal-grid",
                  "double-rounding")

@@ -60,6 +60,8 @@ TITLES = {
                             "smallest normal)",
     "rounds-toward-zero": "rounds toward zero instead of to nearest-even",
     "rounds-ties-away": "rounds ties away from zero instead of to even",
+    "rounds-ties-to-odd": "rounds ties to odd instead of to even (the tie's other neighbour: a rounding step's "
+                          "arms swapped)",
     "rounds-ties-toward-zero": "rounds ties toward zero instead of to even (rounds up only past the halfway point)",
     "rounds-sticky-lost": "rounds every value past a halfway point as a tie, to even (its rounding drops the bits "
                           "below the first one it cuts: the sticky bits)",
@@ -1288,6 +1290,14 @@ def _ties_away(rows: _Rows, held: str) -> torch.Tensor:
     return torch.where(ties_above(_pre_cast(rows, held), e, rows.case.cache_format), e + 1, e)
 
 
+def _ties_to_odd(rows: _Rows, held: str) -> torch.Tensor:
+    """The recipe's bytes with every exact tie between two grid values rounded to the odd one: nearest-even's
+    other neighbour, above it or below it."""
+    e, y, inside, lower, upper = _bracket_below(rows, held)
+    up = ties_above(_pre_cast(rows, held), e, rows.case.cache_format)
+    return torch.where(up, e + 1, torch.where(inside & (y == (lower + upper) / 2), e - 1, e))
+
+
 def _bracket_below(rows: _Rows, held: str) -> tuple[torch.Tensor, ...]:
     """(e, |y|, inside, lower, upper): the recipe's bytes, the magnitudes before the cast (float64), where e is a
     finite magnitude with one below it, and the grid values of the byte below e and of e (clamped to the finite
@@ -1573,6 +1583,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         yield "rounds-toward-zero", lambda r=r: _toward_zero(rows, r)
     for r in order:
         yield "rounds-ties-away", lambda r=r: _ties_away(rows, r)
+    for r in order:
+        yield "rounds-ties-to-odd", lambda r=r: _ties_to_odd(rows, r)
     for r in order:
         yield "rounds-ties-toward-zero", lambda r=r: _ties_toward_zero(rows, r)
     for r in order:

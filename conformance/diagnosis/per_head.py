@@ -172,7 +172,7 @@ def _per_head_call(case: Case, values: dict[str, Values], step: Steps, impl: Imp
 
 #: Effects that move a byte one step (one e4m3 or e5m2 code) at most.
 ONE_STEP = ("off-by-one-ulp", "approximate-division", "rounds-toward-zero", "rounds-ties-away",
-            "rounds-ties-toward-zero", "rounds-sticky-lost")
+            "rounds-ties-toward-zero", "rounds-ties-to-odd", "rounds-sticky-lost")
 
 
 def _beyond_one_step(expected: Built, actual: Built) -> bool:
