@@ -3754,3 +3754,19 @@ def test_an_untriggered_raise_joins_the_raise_of_its_type_whose_trigger_its_case
     _merge_same_exception(groups)
     assert sorted(groups) == ["raises:CompilationError@cache-uint8", "raises:CompilationError@dim-not-pow2"]
     assert len(groups["raises:CompilationError@cache-uint8"]) == 2
+
+
+def _none_scale_from_key(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """A None scale's placeholder pointer loaded (held-out batch 54: K's data pointer passed for it): that side
+    is multiplied by K's first value where its scale is 1."""
+    def factor(scale):
+        return torch.tensor(1.0) / k.reshape(-1)[0].float() if scale is None else scale
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, factor(k_scale), factor(v_scale), page_size,
+                            recipe="single", checked=checked)
+
+
+def test_a_none_scale_read_from_an_input_is_named() -> None:
+    case = _case(recipe="single", v_scale=Scale("none"), k_scale=Scale("tensor1", 0.3))
+    keys = [f.key for f in Diagnoser(_impl(_none_scale_from_key, "single"), CPU).diagnose(case)]
+    assert keys == ["scale:none-read-from-input@scale-kind:none"], keys

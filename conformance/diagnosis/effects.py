@@ -117,6 +117,8 @@ TITLES = {
                                "is written as ±max/s where the recipe writes the format's ±inf or ±max)",
     "input-clamped": "clamps its inputs to the format's range before the scale (past ±max it writes ±max/s where "
                      "the recipe gives x/s)",
+    "scale:none-read-from-input": "reads a scale given as None from an input's memory (a placeholder pointer "
+                                  "loaded: the input's first value as the scale, or as its reciprocal)",
     "scale:applied-twice": "scales its inputs twice (x / s / s: a pre-scaled tensor scaled again)",
     "scale:dynamic": "computes its own scale from the data (the tensor's absolute maximum over the format's "
                      "largest value) instead of the one given",
@@ -1101,16 +1103,25 @@ def _other_nan_mask(rows: _Rows, held: str) -> list[torch.Tensor] | None:
     return [fixed, signed]
 
 
-def _multiplied(rows: _Rows, held: str) -> torch.Tensor:
-    """The held recipe's bytes with x multiplied by its scale (one fp32 multiply) instead of divided."""
+def _multiplied(rows: _Rows, held: str, factor: float | None = None) -> torch.Tensor:
+    """The held recipe's bytes with x multiplied by its scale (one fp32 multiply) instead of divided; with
+    `factor`, by that."""
     recipe = get_recipe(held)
-    s = torch.tensor(rows.scale.value if rows.scale.kind != "none" else 1.0, dtype=torch.float32)
+    s = torch.tensor(factor if factor is not None else rows.scale.value if rows.scale.kind != "none" else 1.0,
+                     dtype=torch.float32)
     if recipe.scale_dtype == "input":
         s = round_to_input_dtype(s, INPUT_FORMATS[rows.x.dtype])
     y = rows.x.to(torch.float32) * s
     if recipe.intermediate == "input":
         y = round_to_input_dtype(y, INPUT_FORMATS[rows.x.dtype])
     return encode_fp8(y, recipe, CACHE_FORMATS[rows.case.cache_format]).cpu()
+
+
+def _first_values(rows: _Rows) -> list[float]:
+    """The first values of K's and V's inputs (a placeholder pointer's first element), finite, nonzero and not
+    1 (which a scale of 1 reads alike)."""
+    firsts = {float(x.reshape(-1)[0]) for x in (rows.x, rows.other_x) if x.numel()}
+    return sorted(f for f in firsts if math.isfinite(f) and f not in (0.0, 1.0))
 
 
 def _overflow_inf(rows: _Rows, held: str) -> torch.Tensor:
@@ -1523,6 +1534,10 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     if rows.scale.kind in ("tensor0d", "tensor1") and rows.x.shape[1] > 1:  # a per-head read of a broadcast scale
         yield "scale:read-past-tensor", lambda: _read_past_scale(rows, held)
     yield "scale:dynamic", lambda: _dynamic(rows, held)
+    firsts = _first_values(rows) if rows.scale.kind == "none" else []
+    if firsts:  # a None scale's placeholder pointer loaded: an input's first value as the scale or its reciprocal
+        yield "scale:none-read-from-input", lambda: [m for r in RECIPES for f in firsts
+                                                     for m in (_multiplied(rows, r, f), rows.q(r, f))]
     yield "scale:applied-twice", lambda: _applied_twice(rows, held)
     own = _scale_value(rows.scale)
     if 0 < own < float("inf") and math.frexp(own)[0] != 0.5:  # not a power of two already
