@@ -272,16 +272,22 @@ def _as_bytes(cache: torch.Tensor) -> torch.Tensor:
     return cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
 
 
+def written_slots(plan: PTHPlan) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """(the tokens that write, the index of their slots in a cache's leading dims: (slot,) or (page, offset)).
+    Negative and out-of-range slots write nothing."""
+    loc = plan.cache_loc.to(torch.int64)
+    tokens = ((loc >= 0) & (loc < plan.num_slots)).nonzero().flatten()
+    slots = loc[tokens]
+    return tokens, (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
+
+
 def write_per_token_head(plan: PTHPlan, quantize: Callable[..., tuple[torch.Tensor, torch.Tensor]] = quantize_heads,
                          ) -> None:
     """The specification: quantize each written token's heads and store bytes and scales at slot
     cache_loc[t]. Negative and out-of-range slots write nothing (nor their scales)."""
-    loc = plan.cache_loc.to(torch.int64)
-    tokens = ((loc >= 0) & (loc < plan.num_slots)).nonzero().flatten()
+    tokens, index = written_slots(plan)
     if tokens.numel() == 0:
         return
-    slots = loc[tokens]
-    index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
     data, s = quantize(torch.stack((plan.k, plan.v))[:, tokens], plan.recipe)
     for i, (cache, sc) in enumerate(((plan.k_cache, plan.k_scale_cache), (plan.v_cache, plan.v_scale_cache))):
         if plan.inline:

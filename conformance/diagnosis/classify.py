@@ -134,10 +134,16 @@ def normalize(message: str, limit: int = 160) -> str:
     return first[:limit]
 
 
-def raised(error: str) -> Finding:
-    """A Finding for describe_error's text: '<impl> raised Type: message\\n<traceback>'."""
+#: describe_error's first line, '<impl> raised Type: message'; a per-token-head property's, 'Type: message'.
+DESCRIBED = r" raised (\w+(?:\.\w+)*): (.*)$"
+TYPE_FIRST = r"^(\w+(?:\.\w+)*): (.*)$"
+
+
+def raised(error: str, first_line: str = DESCRIBED) -> Finding:
+    """A Finding for an error's text whose first line `first_line` splits into type and message (else the
+    type is Exception and the message that line), the traceback after it."""
     head = error.split("\n", 1)[0]
-    m = re.search(r" raised (\w+(?:\.\w+)*): (.*)$", head)
+    m = re.search(first_line, head)
     etype, msg = (m.group(1), m.group(2)) if m else ("Exception", head)
     text = f"{etype}: {normalize(msg)}"
     return Finding("raises", f"raises:{text}", f"raises {text}", excerpt=error[:800],
@@ -826,16 +832,6 @@ def _saved_pth_case(path: str):
         return None
 
 
-def _pth_raised(error: str) -> Finding:
-    """A per-token-head call's raise, as the property words it ('Type: message')."""
-    m = re.match(r"(\w+(?:\.\w+)*): (.*)", error.split("\n", 1)[0])
-    if m is None:
-        return raised(error)
-    found = raised(f" raised {m.group(1)}: {m.group(2)}")
-    found.excerpt = error[:800]
-    return found
-
-
 def _per_token_head(message: str) -> Finding:
     """A per-token-head write's wrong bytes, by where conformance/pth_bytediff.py located them: outside the
     written slots, only in the stored scales, or in the data bytes."""
@@ -1041,25 +1037,24 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return [found]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
         error = message.split("\n", 1)[-1]
-        found = _pth_raised(error) if "raises on a valid" in what else _per_token_head(message)
+        found = raised(error, TYPE_FIRST) if "raises on a valid" in what else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays
         base = _load(saved.group(1)) if saved else None
-        if base is not None and found.key.startswith("raises:") and impl and device:
-            pc = _saved_pth_case(saved.group(1))
+        pc = _saved_pth_case(saved.group(1)) if base is not None and impl and device else None
+        if pc is not None and found.key.startswith("raises:"):
             from conformance.diagnosis.pth_causes import pth_raise_rules
-            rules = pth_raise_rules(pc, impl, device, error) if pc is not None else []
+            rules = pth_raise_rules(pc, impl, device, error)
             if rules:  # grouped by what triggers it, not by its message
                 found.key = f"raises:{found.facts['exception']}@{'+'.join(r.name for r in rules)}"
                 found.title = f"raises {found.facts['exception']}, {', '.join(r.words for r in rules)}"
-        if base is not None and found.key in ("per-token-head:values", "per-token-head:scales",
-                                              "per-token-head:writes-outside") and impl and device:
-            pc = _saved_pth_case(saved.group(1))
-            if pc is not None:  # the scale rule it follows where it is not the recipe's, and its rule on D
-                from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule, pth_unwritten
-                found = pth_cause(pc, impl, device) or pth_unwritten(pc, impl, device) or found
-                rule = pth_size_rule(pc, impl, device)
-                if rule is not None:
-                    found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
+        elif pc is not None and found.key in ("per-token-head:values", "per-token-head:scales",
+                                              "per-token-head:writes-outside"):
+            # the scale rule it follows where it is not the recipe's, and its rule on D
+            from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule, pth_unwritten
+            found = pth_cause(pc, impl, device) or pth_unwritten(pc, impl, device) or found
+            rule = pth_size_rule(pc, impl, device)
+            if rule is not None:
+                found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
         if base is not None:
             found.case_file, found.case_size, found.replayable = saved.group(1), case_size(base), True
         return [found]

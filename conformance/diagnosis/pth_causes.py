@@ -54,6 +54,7 @@ from kernel.per_token_head import (
     make_pth_plan,
     quantize_heads,
     write_per_token_head,
+    written_slots,
 )
 from kernel.recipe import PTH_RECIPES, PerTokenHeadRecipe
 from kernel.reference import E4M3
@@ -280,9 +281,7 @@ def _scale_first(pc: PTHCase, device: torch.device) -> dict[str, torch.Tensor]:
     plan = make_pth_plan(**b.call())
     if plan.num_tokens:
         write_per_token_head(plan)
-        loc = plan.cache_loc.to(torch.int64)
-        slots = loc[(loc >= 0) & (loc < plan.num_slots)].unique()
-        index = (slots,) if plan.k_cache.dim() == 3 else (slots // plan.page_size, slots % plan.page_size)
+        _, index = written_slots(plan)  # a slot named twice gathers and rolls the same row twice: one roll
         for cache in (plan.k_cache, plan.v_cache):
             rows = cache.view(torch.uint8) if cache.dtype != torch.uint8 else cache
             rows[index] = torch.roll(rows[index], SCALE_BYTES, dims=-1)

@@ -55,14 +55,13 @@ def _differing(impl: Implementation, pc: PTHCase, device: torch.device) -> int |
     return sum(bad.numel() for bad, _, _ in differing(expected, actual).values())
 
 
-def _one_rule_off(impl: Implementation, cases: list[PTHCase], device: torch.device) -> str | None:
+def _one_rule_off(impl: Implementation, differing: dict[PTHCase, int], device: torch.device) -> str | None:
     """The key of the one scale rule of the Cases' recipe under which the reference gives every byte impl
-    writes on each Case it does not match; None where there is no such rule, or several."""
+    writes on each Case it does not match (`differing`: each Case's count of differing elements); None where
+    there is no such rule, or several."""
     from conformance.diagnosis.pth_causes import pth_cause
     keys = set()
-    for pc in cases:
-        if _differing(impl, pc, device) == 0:
-            continue
+    for pc in (pc for pc, n in differing.items() if n):
         found = pth_cause(pc, impl, device, held_only=True)
         if found is None:
             return None
@@ -74,21 +73,21 @@ def identify_per_token_head(impl: Implementation, device: torch.device,
                             layouts: tuple[str, ...] = ("separate",)) -> tuple[str, str]:
     """(recipe, note): the recipe impl matches on every probe Case, else the closest, said so."""
     cases = probe_cases(layouts)
-    scores = {}
+    differing = {}  # recipe -> {its probe Case: elements differing}
     for name in PTH_RECIPES:
-        counts = [_differing(impl, PTHCase(pc.case, name, pc.layout, pc.k_scale_layout, pc.v_scale_layout,
-                                           pc.heads), device) for pc in cases]
-        if any(c is None for c in counts):
+        differing[name] = {pc: _differing(impl, pc, device) for pc in (dataclasses.replace(c, mode=name)
+                                                                         for c in cases)}
+        if None in differing[name].values():
             return DEFAULT_PTH_RECIPE, f"identification failed: the implementation raised on a probe Case; " \
                                        f"held to {DEFAULT_PTH_RECIPE}"
-        scores[name] = sum(counts)
+    scores = {name: sum(counts.values()) for name, counts in differing.items()}
     order = sorted(scores, key=lambda n: (scores[n], n != DEFAULT_PTH_RECIPE))
     best = order[0]
     if scores[best] == 0:
         return best, f"identified: matches {best} on {len(cases)} probe Cases with floor-deciding heads"
     others = ", ".join(f"{n} ({c} elements differ)" for n, c in sorted(scores.items()))
     for name in order:
-        rule = _one_rule_off(impl, [dataclasses.replace(pc, mode=name) for pc in cases], device)
+        rule = _one_rule_off(impl, differing[name], device)
         if rule is not None:
             return name, f"matches no per-token-head recipe; held to {name}, whose bytes it gives with one scale " \
                          f"rule changed ({rule}): {others}"
