@@ -172,15 +172,24 @@ def _load_shifted(x_rows, p, ok, D, X_BODY: tl.constexpr, BLOCK_D: tl.constexpr)
     boundary lies (the same for every head of a program); D is a multiple of 16 (wrapper-checked), so every
     mask is constant over runs of 4 lanes, and the body's over 16. x_rows: [BT, BH] pointers to each
     head's first input element; the body starts X_BODY-byte aligned (wrapper-checked)."""
-    e = tl.arange(0, BLOCK_D)
-    body_ok = tl.max_constancy(e < D - 16, 16)
+    e, body_ok, dim, edge_ok, is_data = _shifted_lanes(p, D, BLOCK_D)
     body_rows = tl.multiple_of(x_rows + p, (X_BODY, X_BODY))
     body = tl.load(body_rows[:, :, None] + e[None, None, :], mask=ok[:, :, None] & body_ok[None, None, :], other=0.0)
-    lane = tl.arange(0, 32)
-    dim = tl.max_contiguous(tl.multiple_of(tl.where(lane < p, lane, D - 16 + lane), 4), 4)
-    edge_ok = tl.max_constancy((lane < 20) & (dim < D), 4)
-    edge = tl.load(x_rows[:, :, None] + dim[None, None, :], mask=ok[:, :, None] & edge_ok[None, None, :], other=0.0)
+    edge = tl.load(x_rows[:, :, None] + dim[None, None, :], mask=ok[:, :, None] & (edge_ok & is_data)[None, None, :],
+                   other=0.0)
     return body, edge
+
+
+@triton.jit
+def _shifted_lanes(p, D, BLOCK_D: tl.constexpr):
+    """The lanes `_load_shifted` and `_store_shifted` share: the body's (e, and its mask, e < D - 16), and the
+    edge's row positions (`at`), which of its 32 lanes are used (the first 20) and which of those hold data
+    (the others, the scale's 4 bytes), each hinted as the wrapper's checks allow."""
+    e = tl.arange(0, BLOCK_D)
+    lane = tl.arange(0, 32)
+    at = tl.max_contiguous(tl.multiple_of(tl.where(lane < p, lane, D - 16 + lane), 4), 4)
+    return (e, tl.max_constancy(e < D - 16, 16), at, tl.max_constancy(lane < 20, 4),
+            tl.max_constancy(at < D, 4))
 
 
 @triton.jit
@@ -193,18 +202,13 @@ def _store_shifted(body, edge, c_rows, p, writes, D, VLLM: tl.constexpr, SOFTWAR
     b32, e32 = _widen(body, SOFTWARE), _widen(edge, SOFTWARE)
     s = _scale_of(tl.maximum(_amax_bits(b32), _amax_bits(e32)), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
     r = _reciprocal(s, VLLM)[:, :, None]
-    e = tl.arange(0, BLOCK_D)
-    body_ok = tl.max_constancy(e < D - 16, 16)
+    e, body_ok, at, edge_ok, is_data = _shifted_lanes(p, D, BLOCK_D)
     body_rows = tl.multiple_of(c_rows + p, (16, 16))
     tl.store(body_rows[:, :, None] + e[None, None, :], _encode(b32, s[:, :, None], r, VLLM, SOFTWARE, EXACT_FMA),
              mask=writes[:, :, None] & body_ok[None, None, :])
-    lane = tl.arange(0, 32)
-    at = tl.max_contiguous(tl.multiple_of(tl.where(lane < p, lane, D - 16 + lane), 4), 4)
-    is_data = tl.max_constancy(at < D, 4)
     shift = tl.where(is_data, 0, (at - D) * 8).to(tl.uint32)
     scale = ((s.to(tl.uint32, bitcast=True)[:, :, None] >> shift[None, None, :]) & 0xFF).to(tl.uint8)
     data = _encode(e32, s[:, :, None], r, VLLM, SOFTWARE, EXACT_FMA)
-    edge_ok = tl.max_constancy(lane < 20, 4)
     tl.store(c_rows[:, :, None] + at[None, None, :],
              tl.where(is_data[None, None, :], data, scale), mask=writes[:, :, None] & edge_ok[None, None, :])
 
