@@ -6,8 +6,7 @@ grid covers token blocks and head blocks. The launch creates no tensor and reads
 (graph-capturable). Pointer alignment is not specialized (each of 7 pointers would double the compiled
 variants); instead the wrapper, after it checked strides and base addresses, says how many bytes of a
 head's row a thread may load (X_ALIGN) and store (C_ALIGN) at once, and VEC, the larger in elements,
-that dims are unit-stride and the mask constant over that many (see `_widths`). The inline layout may instead
-go out in 16-byte stores from a shifted tile (SHIFTED, `_load_shifted`, where `shifted_fit`).
+that dims are unit-stride and the mask constant over that many (see `_widths`).
 Exactness, on GPU and in the interpreter alike:
 - NaN never reaches a floating-point max or min: a head's amax is the integer max of its |x|'s bit
   patterns, which order like the values, and a NaN's bits exceed inf's, so the same max says whether
@@ -164,55 +163,6 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
         tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
 
-@triton.jit
-def _load_shifted(x_rows, p, ok, D, X_BODY: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A head's inline slot row at 16-byte stores (`_store_shifted`): its D values split in two tiles, the body,
-    dims p .. p + D - 17, and the edge, 32 lanes whose first 20 are dims 0 .. p - 1 then p + D - 16 .. D + 3
-    (past D - 1: the scale's 4 bytes, no input). p in {0, 4, 8, 12} is where the slot row's first 16-byte
-    boundary lies (the same for every head of a program); D is a multiple of 16 (wrapper-checked), so every
-    mask is constant over runs of 4 lanes, and the body's over 16. x_rows: [BT, BH] pointers to each
-    head's first input element; the body starts X_BODY-byte aligned (wrapper-checked)."""
-    e, body_ok, dim, edge_ok, is_data = _shifted_lanes(p, D, BLOCK_D)
-    body_rows = tl.multiple_of(x_rows + p, (X_BODY, X_BODY))
-    body = tl.load(body_rows[:, :, None] + e[None, None, :], mask=ok[:, :, None] & body_ok[None, None, :], other=0.0)
-    edge = tl.load(x_rows[:, :, None] + dim[None, None, :], mask=ok[:, :, None] & (edge_ok & is_data)[None, None, :],
-                   other=0.0)
-    return body, edge
-
-
-@triton.jit
-def _shifted_lanes(p, D, BLOCK_D: tl.constexpr):
-    """The lanes `_load_shifted` and `_store_shifted` share: the body's (e, and its mask, e < D - 16), and the
-    edge's row positions (`at`), which of its 32 lanes are used (the first 20) and which of those hold data
-    (the others, the scale's 4 bytes), each hinted as the wrapper's checks allow."""
-    e = tl.arange(0, BLOCK_D)
-    lane = tl.arange(0, 32)
-    at = tl.max_contiguous(tl.multiple_of(tl.where(lane < p, lane, D - 16 + lane), 4), 4)
-    return (e, tl.max_constancy(e < D - 16, 16), at, tl.max_constancy(lane < 20, 4),
-            tl.max_constancy(at < D, 4))
-
-
-@triton.jit
-def _store_shifted(body, edge, c_rows, p, writes, D, VLLM: tl.constexpr, SOFTWARE: tl.constexpr,
-                   EXACT_FMA: tl.constexpr, FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-                   BLOCK_D: tl.constexpr):
-    """Quantize `_load_shifted`'s tiles with their head's scale and store them: the body in 16-byte stores
-    (c_rows + p is 16-byte aligned: wrapper-checked), the edge's 20 bytes, the scale's 4 among them, in
-    4-byte ones. c_rows: [BT, BH] pointers to each head's slot row (4-byte aligned)."""
-    b32, e32 = _widen(body, SOFTWARE), _widen(edge, SOFTWARE)
-    s = _scale_of(tl.maximum(_amax_bits(b32), _amax_bits(e32)), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
-    r = _reciprocal(s, VLLM)[:, :, None]
-    e, body_ok, at, edge_ok, is_data = _shifted_lanes(p, D, BLOCK_D)
-    body_rows = tl.multiple_of(c_rows + p, (16, 16))
-    tl.store(body_rows[:, :, None] + e[None, None, :], _encode(b32, s[:, :, None], r, VLLM, SOFTWARE, EXACT_FMA),
-             mask=writes[:, :, None] & body_ok[None, None, :])
-    shift = tl.where(is_data, 0, (at - D) * 8).to(tl.uint32)
-    scale = ((s.to(tl.uint32, bitcast=True)[:, :, None] >> shift[None, None, :]) & 0xFF).to(tl.uint8)
-    data = _encode(e32, s[:, :, None], r, VLLM, SOFTWARE, EXACT_FMA)
-    tl.store(c_rows[:, :, None] + at[None, None, :],
-             tl.where(is_data[None, None, :], data, scale), mask=writes[:, :, None] & edge_ok[None, None, :])
-
-
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def per_token_head_write(
     k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
@@ -222,15 +172,11 @@ def per_token_head_write(
     ks_sp, ks_so, ks_sh, vs_sp, vs_so, vs_sh,
     VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr, SHIFTED: tl.constexpr, X_BODY: tl.constexpr,
+    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    if SHIFTED:  # a program's heads are of one class h % 4, so their inline rows start alike mod 16 bytes
-        h_class = tl.program_id(1) % 4
-        h = h_class + 4 * ((tl.program_id(1) // 4) * BLOCK_H + tl.arange(0, BLOCK_H))
-    else:
-        h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
     t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)  # offsets are 64-bit safe
 
@@ -245,32 +191,19 @@ def per_token_head_write(
     slot = tl.where(in_range, loc, 0)
     page = slot // page_size
     offset = slot - page * page_size
-    if SHIFTED:  # the wrapper checked what _load_shifted and _store_shifted say
-        ok = (t < T)[:, None] & (h < H)[None, :]
-        writes = in_range[:, None] & ok
-        # Where each slot row's first 16-byte boundary lies: rows start at h * c_sh bytes of a 16-byte
-        # aligned slot, c_sh a multiple of 4, so h % 4 decides it.
-        pk, pv = (16 - h_class * kc_sh % 16) % 16, (16 - h_class * vc_sh % 16) % 16
-        kb, ke = _load_shifted(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), pk, ok, D, X_BODY, BLOCK_D)
-        vb, ve = _load_shifted(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), pv, ok, D, X_BODY, BLOCK_D)
-        _store_shifted(kb, ke, _rows(kc_ptr, page * kc_sp + offset * kc_so, h64, kc_sh, 4), pk, writes, D, VLLM,
-                       SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS, BLOCK_D)
-        _store_shifted(vb, ve, _rows(vc_ptr, page * vc_sp + offset * vc_so, h64, vc_sh, 4), pv, writes, D, VLLM,
-                       SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS, BLOCK_D)
-    else:
-        writes = in_range[:, None] & (h < H)[None, :]
-        mask = inside & in_range[:, None, None]
-        # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
-        # need not wait for cache_loc; K's and V's are both issued before any store, since the stores may
-        # alias the inputs as far as the compiler knows (kernel/triton_kernel.py does the same).
-        xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
-        xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
-        bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
-        _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
-                     ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
-        bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
-        _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
-                     vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
+    writes = in_range[:, None] & (h < H)[None, :]
+    mask = inside & in_range[:, None, None]
+    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
+    # need not wait for cache_loc; K's and V's are both issued before any store, since the stores may
+    # alias the inputs as far as the compiler knows (kernel/triton_kernel.py does the same).
+    xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
+    xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
+    bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
+    _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
+                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
+    bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
+    _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
+                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
 
 
 def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, int]:
@@ -313,17 +246,6 @@ def _widths(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, cap: int = 16) ->
     return width(x // size), width(c)
 
 
-def shifted_fit(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, x_vec: int) -> bool:
-    """Whether `_load_shifted` and `_store_shifted` may write this call: the inline layout, D a multiple of 16
-    of at least 32, inputs loaded 4 or more elements at once (`_widths`: unit dim strides), cache head
-    strides multiples of 4 bytes and every slot 16-byte aligned."""
-    d = plan.head_dim
-    if not (plan.inline and d % 16 == 0 and d >= 32 and x_vec >= 4):
-        return False
-    kcs, vcs = Plan.cache_strides(kc, plan.page_size), Plan.cache_strides(vc, plan.page_size)
-    return kcs[2] % 4 == vcs[2] % 4 == 0 and _alignment(kc.data_ptr(), vc.data_ptr(), *kcs[:2], *vcs[:2]) == 16
-
-
 def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
     """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps). BLOCK_D is D's next power of two: a head's amax needs its
     whole row in one program.
@@ -353,17 +275,15 @@ def pth_tile_for(heads: int, dim: int, elements: int, warps: int = 4) -> tuple[i
 
 
 def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tuple[int, int] | None = None,
-                          vec: int | None = None, shifted: bool | None = None) -> None:
+                          vec: int | None = None) -> None:
     """Run the kernel for a validated plan (nothing to do for T == 0).
-    `tile` (elements, num_warps), `vec` (a cap on `_widths`) and `shifted` (inline rows in 16-byte stores where
-    `shifted_fit`, or a head's whole row in 4-byte ones) replace the wrapper's choice on CUDA: for tuning sweeps
-    (tools.tile_sweep --per-token-head). By default the shifted path runs under the interpreter only, where
-    CI checks its bytes, until a GPU run has measured it (docs/per-token-head.md)."""
+    `tile` (elements, num_warps) and `vec` (a cap on `_widths`) replace the wrapper's choice on CUDA: for
+    tuning sweeps (tools.tile_sweep --per-token-head)."""
     if plan.num_tokens == 0:
         return
     if plan.k.device.type == "cuda" and plan.k.device.index != torch.cuda.current_device():
         with torch.cuda.device(plan.k.device):  # Triton launches on the current device (docs/facts.md)
-            return launch_per_token_head(plan, encoder, tile=tile, vec=vec, shifted=shifted)
+            return launch_per_token_head(plan, encoder, tile=tile, vec=vec)
     if plan.k.device.type != "cuda" and not interpreted():
         raise ValueError(f"fused_fp8_set_kv_buffer: tensors must be on a CUDA device (or run with "
                          f"TRITON_INTERPRET=1), got {plan.k.device}")
@@ -371,16 +291,14 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
     kc = plan.k_cache if plan.k_cache.dtype == torch.uint8 else plan.k_cache.view(torch.uint8)
     vc = plan.v_cache if plan.v_cache.dtype == torch.uint8 else plan.v_cache.view(torch.uint8)
     x_vec, c_align = _widths(plan, kc, vc, 16 if vec is None else vec)
-    shifted = (interpreted() if shifted is None else shifted) and shifted_fit(plan, kc, vc, x_vec)
-    # Shifted, a program's heads are of one class h % 4 (4 classes on the grid's head axis), its body tile D - 16.
-    heads, row = (triton.cdiv(plan.num_heads, 4), plan.head_dim - 16) if shifted else (plan.num_heads, plan.head_dim)
-    block_t, block_h, block_d, warps = (pth_tile_for(heads, row, *tile) if tile else
-                                        choose_pth_tile(plan.num_tokens, heads, row, software))
+    heads, dim = plan.num_heads, plan.head_dim
+    block_t, block_h, block_d, warps = (pth_tile_for(heads, dim, *tile) if tile else
+                                        choose_pth_tile(plan.num_tokens, heads, dim, software))
     if max(x_vec, c_align) == 1 and not tile and not interpreted():
         # Unvectorized, larger tiles spill: 1024 elements ran at 28.6 % of a copy, 2048 at 8.1 %, 4096 at 3.9 %
         # (T = 32768, 8x128, docs/results/h200-2026-12-04-c.md).
-        block_t, block_h, block_d, warps = pth_tile_for(heads, row, 1024)
-    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(heads, block_h) * (4 if shifted else 1))
+        block_t, block_h, block_d, warps = pth_tile_for(heads, dim, 1024)
+    grid = (triton.cdiv(plan.num_tokens, block_t), triton.cdiv(heads, block_h))
     # Inline: the scale pointers are unused; the cache_loc tensor stands in (no tensor is made).
     ks = plan.k_scale_cache if plan.k_scale_cache is not None else plan.cache_loc
     vs = plan.v_scale_cache if plan.v_scale_cache is not None else plan.cache_loc
@@ -393,7 +311,6 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
         VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software, EXACT_FMA=fma_is_exact(),
         FLOOR_V=fp32_bits(FLOOR_VLLM), FLOOR_F=fp32_bits(FLOOR_FLASHINFER), NAN_BITS=NAN_SCALE_BITS,
         VEC=max(x_vec, c_align), X_ALIGN=x_vec * plan.k.element_size() if x_vec > 1 else 1, C_ALIGN=c_align,
-        SHIFTED=shifted, X_BODY=_alignment(4 * plan.k.element_size(), x_vec * plan.k.element_size()),
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
         num_warps=warps,
     )

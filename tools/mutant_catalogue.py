@@ -32,9 +32,6 @@ Runner = Literal["pytest", "memcheck"]
 TK = "kernel/triton_kernel.py"
 FU = "kernel/fused.py"
 PL = "kernel/plan.py"
-PTK = "kernel/per_token_head_kernel.py"
-#: The shifted inline path's edge store (its last data bytes and the scale's 4 bytes).
-SHIFTED_EDGE_STORE = "tl.where(is_data[None, None, :], data, scale), mask=writes[:, :, None] & edge_ok[None, None, :])"
 
 
 @dataclass(frozen=True)
@@ -339,16 +336,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "tl.store(_tile(at, j.to(tl.int64), c_sd, VEC), b, mask=writes[:, :, None] & (j < 4)[None, None, :])", "pass"),
        ("kernel/per_token_head_kernel.py", "tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)",
         "pass"),
-       (PTK, SHIFTED_EDGE_STORE, "data, mask=writes[:, :, None] & (edge_ok & is_data)[None, None, :])"),
        hint="any written token, either layout"),
     _m("pth-inline-scale-in-data", "inline layout: the scale's 4 bytes land on the head's last 4 data bytes",
        ("kernel/per_token_head_kernel.py", "at = rows + D * c_sd.to(tl.int64)",
         "at = rows + (D - 4) * c_sd.to(tl.int64)"),
-       (PTK, "shift = tl.where(is_data, 0, (at - D) * 8).to(tl.uint32)",
-        "shift = tl.where(at < D - 4, 0, (at - D + 4) * 8).to(tl.uint32)"),
-       (PTK, SHIFTED_EDGE_STORE,
-        "tl.where((at < D - 4)[None, None, :], data, scale),\n"
-        "             mask=writes[:, :, None] & (edge_ok & is_data)[None, None, :])"),
        hint="inline layout, any written token"),
     _m("pth-scale-cache-head-stride-ignored", "separate layout: the scale cache's head stride taken as 1",
        ("kernel/per_token_head_kernel.py", "tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)",

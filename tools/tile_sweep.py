@@ -12,8 +12,7 @@ reference once per configuration:
   floors (an empty Triton kernel and a Triton copy of the same bytes, graph-replayed).
 `--per-token-head` sweeps the per-(token, head) kernel instead (kernel.per_token_head_kernel, both scale
 layouts, `--tiles` at T = 32768, each width cap (16, 8, 4, 1: bytes a cache store, elements an input load)
-up to what its layout allows, and inline once more in shifted 16-byte stores (pth-inline-shifted); the recipe is
-its own, checked against its spec). Writes tile_sweep.csv to
+up to what its layout allows; the recipe is its own, checked against its spec). Writes tile_sweep.csv to
 $OUT (else reports/). CUDA only. The H200 run that chose the current buckets is
 docs/results/tile-sweep-2026-12-02-final.csv (docs/results/README.md has its command).
 """
@@ -168,21 +167,17 @@ def _sweep_pth(args, graph_us, copy_us, rows: list[dict]) -> int:
             c = copy_us(nbytes)
             for encoder in args.encoders:
                 for elements, warps in args.tiles:
-                    # Inline, vec 16 and 8 run twice: shifted (where shifted_fit), then a head's row in 4-byte stores.
-                    shifted_caps = [(16, True), (8, True)] if layout == "inline" else []
-                    variants = shifted_caps + [(v, False) for v in (16, 8, 4, 1)]
-                    for vec, shifted in variants:
+                    for vec in (16, 8, 4, 1):
                         plans = [plan(s) for s in sets]
 
-                        def run(i: int, plans=plans, encoder=encoder, tile=(elements, warps), vec=vec,
-                                shifted=shifted) -> None:
-                            launch_per_token_head(plans[i], encoder, tile=tile, vec=vec, shifted=shifted)
+                        def run(i: int, plans=plans, encoder=encoder, tile=(elements, warps), vec=vec) -> None:
+                            launch_per_token_head(plans[i], encoder, tile=tile, vec=vec)
                         us = graph_us(run, len(sets))
                         got = [x for x in (sets[0]["k_cache"], sets[0]["v_cache"], sets[0].get("k_scale_cache"),
                                            sets[0].get("v_scale_cache")) if x is not None]
                         ok = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
                                  for a, b in zip(got, [x for x in expected if x is not None]))
-                        name = f"pth-{layout}{'-shifted' if shifted else ''}"
+                        name = f"pth-{layout}"
                         rows.append(dict(phase=name, T=t, H=h, D=d, recipe="per-token-head",
                                          encoder=encoder, tile_elements=elements, warps=warps, vec=vec,
                                          us=f"{us:.3f}", copy_us=f"{c:.3f}", pct_roofline=f"{100 * c / us:.1f}",
