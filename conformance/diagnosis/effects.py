@@ -154,6 +154,8 @@ TITLES = {
                                "inputs swapped)",
     "kv-mixed:k-for-v": "writes K's values into value_cache too (V's input never read)",
     "kv-mixed:v-for-k": "writes V's values into key_cache too (K's input never read)",
+    "kv-mixed:v-into-k-cache": "stores V through key_cache's pointer, at value_cache's offsets: V's bytes land in "
+                               "key_cache's memory and value_cache is never written",
     "kv-mixed:nan-mask": "fixes up NaN where the other input is NaN (one input's NaN mask applied to the other's "
                          "bytes: the NaN byte where the other is NaN, the cast's own NaN where only this one is)",
     "padding:before-start": "writes padding tokens (negative cache_loc) at their own negative slot, before the "
@@ -342,6 +344,28 @@ def _mixed(k: str, v: str, k_cache: str, v_cache: str) -> Callable[[Built], dict
     def call(b: Built) -> dict | None:
         out = b.call()
         return {**out, "k": out[k], "v": out[v], "k_cache": out[k_cache], "v_cache": out[v_cache]}
+    return call
+
+
+def _stored_through(k_into: str, v_into: str) -> Callable[[Built], dict | None]:
+    """K's bytes stored through k_into's pointer and V's through v_into's, each at its own cache's offsets and
+    strides, K first (one base pointer passed for both stores). None where such a store leaves that buffer:
+    memory the reference cannot know."""
+    def call(b: Built) -> dict | None:
+        views = {}
+        for side, into in (("k_cache", k_into), ("v_cache", v_into)):
+            views[side] = _restrided(getattr(b, side), b.buffers[into], tuple(getattr(b, side).stride()),
+                                     getattr(b, side).storage_offset())
+            if views[side] is None:
+                return None
+
+        def writer(c: dict) -> None:
+            for side, other in (("k_cache", "v_cache"), ("v_cache", "k_cache")):
+                # the side's bytes into a copy of where they land, the other side's into a throwaway cache
+                landed = views[side].clone()
+                naive_fp8_set_kv_buffer(**{**c, side: landed, other: c[other].clone()})
+                views[side].copy_(landed)
+        return {**b.call(), "_writer": writer}
     return call
 
 
@@ -925,6 +949,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("kv-mixed:inputs-swapped", "", _mixed("v", "k", "k_cache", "v_cache")),
     ("kv-mixed:k-for-v", "", _mixed("k", "k", "k_cache", "v_cache")),
     ("kv-mixed:v-for-k", "", _mixed("v", "v", "k_cache", "v_cache")),
+    ("kv-mixed:v-into-k-cache", "", _stored_through("k_cache", "k_cache")),
     ("wrong-slot:loc-int32-words", "", _loc_words),
     ("wrong-slot:rows-repeated", "", _rows_repeated),
     ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
