@@ -1055,6 +1055,9 @@ def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path
         "validation:accepted": [("e", Finding("validation", "validation:accepted", "accepts"))],
         # a capability probe whose Case passed on replay (held-out batch 24's memoized reciprocal)
         "unclassified:no-repro": [("f", Finding("unclassified", "unclassified:no-repro", "does not reproduce"))],
+        # a capability row read by its text alone (held-out batch 55's stale cache_loc: stray and missing slots)
+        "outside:slots": [("g", Finding("outside", "outside:slots", "changes other slots"))],
+        "wrong-slot:unwritten": [("g", Finding("wrong-slot", "wrong-slot:unwritten", "leaves a slot unwritten"))],
     }
     asked: list[str] = []
 
@@ -1064,7 +1067,7 @@ def test_defects_right_in_a_fresh_process_are_one_defect_of_the_history(tmp_path
 
     _merge_history(groups, fresh)
     assert sorted(groups) == sorted([HISTORY, "padding:slot-0@padding", "validation:accepted"])
-    assert len(groups[HISTORY]) == 4 and sorted(asked) == sorted(map(str, files.values()))
+    assert len(groups[HISTORY]) == 6 and sorted(asked) == sorted(map(str, files.values()))
     deterministic = {"padding:slot-0@padding": [("c", Finding("padding", "padding:slot-0@padding", "slot 0",
                                                               case_file=str(files["real"])))]}
     _merge_history(deterministic, fresh)

@@ -395,7 +395,9 @@ def _replayable_case(group: list[tuple[str, Finding]]) -> str | None:
 def _merge_history(groups: Groups, fresh: Fresh) -> None:
     """Defects whose smallest Case fails in the run and passes in a fresh process (the implementation's first
     call there) are one defect: its bytes depend on earlier calls. The run's failures that no replay could
-    reproduce (classified by their text alone) are symptoms of it too."""
+    reproduce (classified by their text alone) are symptoms of it too, and so are wrong values, slots or
+    writes outside that a capability row saw without a Case (held-out batch 55's launch cache that kept the
+    first call's cache_loc)."""
     cases = {key: _replayable_case(group) for key, group in groups.items()
              if class_of(key) not in NOT_REPLAYED}
     cases = {key: path for key, path in cases.items() if path}
@@ -410,9 +412,10 @@ def _merge_history(groups: Groups, fresh: Fresh) -> None:
         _move(groups, key, lambda _n, _f: (HISTORY, " (right when it is the first call, in a fresh process)"))
     for key in [k for k in groups if k in UNREPRODUCED or k.startswith(tuple(u + "@" for u in UNREPRODUCED))]:
         _move(groups, key, lambda _n, _f: (HISTORY, " (not reproduced when replayed)"))
-    # and the wrong values no Case was kept for, which no replay can tell from it
-    for key in [k for k in groups if k not in cases and class_of(k) in (*VALUE_CLASSES, "wrong-bytes")
-                and "@" not in k]:
+    # and the wrong values or places no Case was kept for (a capability row's text: its call came after
+    # others in its process), which no replay can tell from it
+    for key in [k for k in groups if k not in cases and "@" not in k
+                and class_of(k) in (*VALUE_CLASSES, "wrong-bytes", "wrong-slot", "outside")]:
         _move(groups, key, lambda _n, _f: (HISTORY, " (no Case kept to replay)"))
 
 
