@@ -3452,6 +3452,25 @@ def test_a_nan_sign_kept_is_not_the_other_inputs_nan_mask() -> None:
     assert [f.key.split("@")[0] for f in found] == ["encoding:nan-sign"], [(f.key, f.title) for f in found]
 
 
+def _inf_fixup_on_e4m3(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True,
+                       *, recipe="unfused", checked=False):
+    """Every byte right but e5m2's ±inf bytes 0x7C/0xFC, "fixed up" to 0x7B/0xFB on an e4m3 cache too (held-out
+    batch 55's Triton write): there they are ±384, written as ±352."""
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe)
+    for cache in (k_cache, v_cache):
+        rows = cache.view(torch.uint8).view(-1, *cache.shape[-2:])
+        for slot in cache_loc.tolist():
+            if 0 <= slot < rows.shape[0]:
+                rows[slot] = torch.where(rows[slot] & 0x7F == 0x7C, rows[slot] - 1, rows[slot]).to(torch.uint8)
+
+
+def test_an_e5m2_inf_fixup_on_an_e4m3_cache_is_named() -> None:
+    """The batch's report named it `off-by-one-ulp` (one e4m3 ulp below): true of the bytes, not the cause."""
+    case = _case(cache_rank=4, overrides=(Override("k", 1, 0x42E6, "384"), Override("k", 4, 0xC2E6, "-384")))
+    found = Diagnoser(_impl(_inf_fixup_on_e4m3), CPU).diagnose(case)
+    assert [f.key.split("@")[0] for f in found] == ["encoding:e5m2-inf-fixup"], [(f.key, f.title) for f in found]
+
+
 def _fp16_rebias_write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                        use_triton=True, *, recipe="unfused", checked=False):
     """float16 inputs widened by the exponent rebias alone: ±0 and subnormals m * 2**-24 read as

@@ -171,6 +171,8 @@ TITLES = {
     "out-of-range:wrong-bound": "skips in-range slots past a wrong number of slots (the cache's size read from "
                                 "another dimension)",
     "encoding:nan-sign": "keeps the sign of a negative NaN (0xFF where every recipe writes 0x7F)",
+    "encoding:e5m2-inf-fixup": "writes ±384 as ±352 (0x7C/0xFC as 0x7B/0xFB): e5m2's fix-up of its ±inf bytes "
+                               "run on an e4m3 cache, where those bytes are finite",
     "encoding:saturates": "saturates to ±448 where the recipe gives NaN",
     "encoding:nan-past-448": "gives NaN past ±448 where the recipe saturates",
     "encoding:nan-produced": "writes NaN where the recipe gives a finite byte",
@@ -1111,6 +1113,13 @@ def _pre_cast(rows: _Rows, recipe: str) -> torch.Tensor:
     return scaled(rows.x, ScaleArg("float", value, None), get_recipe(recipe)).cpu()
 
 
+def _e5m2_inf_fixup(q: torch.Tensor) -> torch.Tensor:
+    """e4m3 bytes with e5m2's ±inf (0x7C, 0xFC) replaced by e5m2's largest finite (0x7B, 0xFB): in e4m3 those
+    are ±384 written as ±352."""
+    low = q & 0x7F
+    return torch.where(low == 0x7C, q - 1, q)
+
+
 def _other_nan_mask(rows: _Rows, held: str) -> list[torch.Tensor] | None:
     """The NaN fix-up applied where the other input is NaN (a copy-pasted `isnan(k)` in V's path): the format's NaN
     byte there, and where only this input's value is NaN the cast's own NaN byte (its sign kept, or not). None
@@ -1578,6 +1587,8 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     own_max = CACHE_FORMATS[case.cache_format].max_finite
     for bound in sorted({f.max_finite for f in CACHE_FORMATS.values() if f.max_finite < own_max}):
         yield f"encoding:overflow-at:{bound:g}", lambda bound=bound: _overflow_at(rows, held, bound)
+    if case.cache_format == "fp8_e4m3":  # e5m2's ±inf bytes "fixed up" to its largest finite on an e4m3 cache
+        yield "encoding:e5m2-inf-fixup", lambda: _e5m2_inf_fixup(rows.q(held))
     if case.cache_format == "fp8_e4m3fnuz":  # a NaN byte fixed up by e4m3fn's rule: 0x7F, +240 in fnuz
         yield "encoding:e4m3-nan-byte", lambda: torch.where(rows.q(held) == FNUZ_NAN, E4M3_NAN, rows.q(held))
     other_nan = _other_nan_mask(rows, held)
