@@ -3819,3 +3819,18 @@ def test_a_none_scale_read_from_an_input_is_named() -> None:
     case = _case(recipe="single", v_scale=Scale("none"), k_scale=Scale("tensor1", 0.3))
     keys = [f.key for f in Diagnoser(_impl(_none_scale_from_key, "single"), CPU).diagnose(case)]
     assert keys == ["scale:none-read-from-input@scale-kind:none"], keys
+
+
+def test_an_index_error_at_some_page_sizes_is_the_plain_call_slot_defect() -> None:
+    """A vLLM write that read its block size from the head axis moved tokens on the plain call and raised
+    IndexError where the page size made its blocks run past the cache: one cause, two keys, before."""
+    from conformance.diagnosis.report import _merge_page_size_raise
+    groups = _groups("wrong-slot:tokens-moved@plain", "raises:IndexError@page-size", "validation:accepted")
+    _merge_page_size_raise(groups)
+    assert sorted(groups) == ["validation:accepted", "wrong-slot:tokens-moved@plain"], sorted(groups)
+    for apart in (("scale:inverted@any", "raises:IndexError@page-size"),  # no slot defect: its own
+                  ("wrong-slot:tokens-moved@plain", "raises:IndexError@empty-batch"),  # not the page size
+                  ("wrong-slot:tokens-moved@plain", "raises:ValueError@page-size")):  # not an index past the cache
+        groups = _groups(*apart)
+        _merge_page_size_raise(groups)
+        assert sorted(groups) == sorted(apart), sorted(groups)
