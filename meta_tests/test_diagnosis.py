@@ -1243,11 +1243,11 @@ def _stored_through(into: str):
     def impl(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
              recipe="unfused", checked=False):
         caches = {"k_cache": k_cache, "v_cache": v_cache}
-        for side in ("k_cache", "v_cache"):
+        redirected = "v_cache" if into == "k_cache" else "k_cache"  # the side whose store takes `into`'s pointer
+        for side, other in (("k_cache", "v_cache"), ("v_cache", "k_cache")):
             mine = caches[side]
-            target = mine if side != ("v_cache" if into == "k_cache" else "k_cache") else torch.as_strided(
-                caches[into], mine.shape, mine.stride(), mine.storage_offset())
-            other = "v_cache" if side == "k_cache" else "k_cache"
+            target = (torch.as_strided(caches[into], mine.shape, mine.stride(), mine.storage_offset())
+                      if side == redirected else mine)
             _reference(k, v, **{side: target, other: caches[other].clone()}, cache_loc=cache_loc, k_scale=k_scale,
                        v_scale=v_scale, page_size=page_size, recipe=recipe, checked=checked)
     return impl
