@@ -16,6 +16,10 @@ to ±57344 (`__NV_E5M2`).
 No host sync, so it is CUDA-graph capturable: no boolean indexing, no .item(). Padding and out-of-range
 tokens (slot >= num_blocks * block_size) are pointed at slot 0 and carry the bytes slot 0 ends up holding (its
 old bytes, or those of the first real token written there), so they change nothing.
+
+It checks none of its arguments, as vLLM's op checks none: `make conformance` on it names three defects, all
+of the argument contract (`validation:accepted`, `validation:other-exception`, `validation:unnamed`), and no
+other (docs/results/heldout-cpu-2026-12-07-e.md).
 """
 
 from __future__ import annotations

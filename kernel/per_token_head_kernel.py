@@ -163,6 +163,17 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
         tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
 
+@triton.jit
+def token_slots(loc_ptr, t, loc_stride, T, num_slots, page_size):
+    """Each token's (slot in range, page, offset in the page). Padding (negative) and out-of-range slots
+    are not in range, and write nothing, whatever cache_loc holds; their page and offset are slot 0's."""
+    loc = tl.load(loc_ptr + t.to(tl.int64) * loc_stride, mask=t < T, other=-1).to(tl.int64)
+    in_range = (t < T) & (loc >= 0) & (loc < num_slots)
+    slot = tl.where(in_range, loc, 0)
+    page = slot // page_size
+    return in_range, page, slot - page * page_size
+
+
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)
 def per_token_head_write(
     k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr,
@@ -185,12 +196,7 @@ def per_token_head_write(
         d_ok = tl.max_constancy(d_ok, VEC)  # D % VEC == 0, so the mask is constant per VEC dims
     inside = (t < T)[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
 
-    # Padding (negative) and out-of-range slots write nothing, whatever cache_loc holds.
-    loc = tl.load(loc_ptr + t64 * loc_stride, mask=t < T, other=-1).to(tl.int64)
-    in_range = (t < T) & (loc >= 0) & (loc < num_slots)
-    slot = tl.where(in_range, loc, 0)
-    page = slot // page_size
-    offset = slot - page * page_size
+    in_range, page, offset = token_slots(loc_ptr, t, loc_stride, T, num_slots, page_size)
     writes = in_range[:, None] & (h < H)[None, :]
     mask = inside & in_range[:, None, None]
     # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads

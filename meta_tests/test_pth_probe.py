@@ -1,0 +1,28 @@
+"""tools.pth_probe's variants write the kernel's bytes, and its check would see one that does not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel.backend import interpreted
+from tools import pth_probe
+
+pytestmark = pytest.mark.skipif(not interpreted(), reason="the CPU bit-checks run under TRITON_INTERPRET=1; "
+                                "on CUDA `python -m tools.pth_probe` checks them before it times them")
+
+
+def test_every_variant_writes_the_kernels_bytes():
+    assert pth_probe.mismatches(torch.device("cpu"), [(9, 8, 128)], True, list(pth_probe.VARIANTS)) == []
+
+
+def test_a_variant_that_differs_is_named(monkeypatch):
+    real = pth_probe.launch_variant
+
+    def off_by_one(a, **kw):
+        out = real(a, **kw)
+        a["v_cache"].view(torch.uint8)[0, 0, 0, 0] += 1  # one byte of slot 0
+        return out
+    monkeypatch.setattr(pth_probe, "launch_variant", off_by_one)
+    bad = pth_probe.mismatches(torch.device("cpu"), [(5, 4, 64)], True, ["base", "chunk"])
+    assert bad == ["base 5x4x64 inline", "chunk 5x4x64 inline", "base 5x4x64 separate"], bad
