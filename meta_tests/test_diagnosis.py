@@ -1552,6 +1552,27 @@ def test_a_placement_defect_of_big_batches_does_not_hide_the_recipe() -> None:
     assert recipe == "single" and "one token a call" in note, note
 
 
+def _refuses_one_element_scales(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
+    """examples/vllm_divide.py behind a rank dispatch: a 1-D scale taken for a per-head one, so a valid [1] scale
+    raises ValueError where H > 1 (held-out batch 57's ph_scale_rank_dispatch)."""
+    from examples.vllm_divide import reshape_and_cache_flash
+    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if s.dim() == 1 and s.numel() != key.shape[1]:
+            raise ValueError(f"{name} must be 0-d or [{key.shape[1]}], got shape {tuple(s.shape)}")
+    reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
+
+
+def test_a_refused_scale_form_does_not_hide_the_recipe() -> None:
+    """Where every sweep point raised with the plain call's scale form, the sweep runs again in the convention's
+    other forms, and a recipe found there is held (the refusal is the properties' to name): held to unfused,
+    the kernel above got three rounding keys besides its raise."""
+    from conformance.conventions import VLLM
+    from conformance.diagnosis.identification import identify_robustly, sweep_points
+    impl = Implementation("refuses-1", _refuses_one_element_scales, {}, convention=VLLM)
+    recipe, note = identify_robustly(impl, sweep_points(["bfloat16"], full=False, convention=VLLM), CPU)
+    assert recipe == "divide" and "0-d tensor" in note and "raised on every sweep point" in note, note
+
+
 def _bf16_staged_nan_signed(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                             use_triton=True):
     """SGLang's division of a copy (recipe unfused-tensor1 for a [1] scale), its quotient staged in bf16 whatever
