@@ -3855,3 +3855,38 @@ def test_an_index_error_at_some_page_sizes_is_the_plain_call_slot_defect() -> No
         groups = _groups(*apart)
         _merge_page_size_raise(groups)
         assert sorted(groups) == sorted(apart), sorted(groups)
+
+
+def test_one_missing_check_is_one_validation_defect() -> None:
+    """v's shape never checked: one shape slips through (accepted), another fails later in a reshape
+    (other-exception), both on the input-shape class: one defect. Two ways on classes of their own stay two."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_validation_kinds
+
+    def group(key: str, *mutations: str) -> list:
+        return [(f"t[{m}]", Finding("validation", key, m, facts={"mutation": m})) for m in mutations]
+    groups = {"validation:accepted": group("validation:accepted", "input-shape", "scale-value"),
+              "validation:other-exception": group("validation:other-exception", "input-shape")}
+    _merge_validation_kinds(groups)
+    assert list(groups) == ["validation:accepted"] and len(groups["validation:accepted"]) == 3
+    apart = {"validation:writes": group("validation:writes", "overlapping-cache", "cache-overlaps-scale"),
+             "validation:accepted": group("validation:accepted", "caches-overlap", "cache-overlaps-scale")}
+    _merge_validation_kinds(apart)
+    assert sorted(apart) == ["validation:accepted", "validation:writes"]
+
+
+def test_an_invalid_call_that_raises_a_valid_calls_error_is_that_raise() -> None:
+    """A valid [1] scale refused before any argument check: each invalid call raises that same error, unnamed;
+    it is the raise's symptom, not a validation defect of its own (held-out batch 57)."""
+    from conformance.diagnosis.classify import Finding, error_line
+    from conformance.diagnosis.report import _merge_raised_before_checks
+    refusal = "ValueError: k_scale must be a 0-d or 1-element tensor, or a [2] tensor, got shape (1,)"
+    raised = "raises:ValueError@heads-above:1"
+    unnamed = Finding("validation", "validation:unnamed", "aliased-caches: unnamed",
+                      facts={"mutation": "aliased-caches", "error": error_line(f"without naming it\n{refusal}")})
+    other = Finding("validation", "validation:unnamed", "cache-dtype: unnamed",
+                    facts={"mutation": "cache-dtype", "error": error_line("TypeError: bad dtype")})
+    groups = {raised: [("r", Finding("raises", raised, "raises", excerpt=f"impl raised {refusal}"))],
+              "validation:unnamed": [("a", unnamed), ("b", other)]}
+    _merge_raised_before_checks(groups)
+    assert [n for n, _ in groups[raised]] == ["r", "a"] and [n for n, _ in groups["validation:unnamed"]] == ["b"]

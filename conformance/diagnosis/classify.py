@@ -134,6 +134,12 @@ def normalize(message: str, limit: int = 160) -> str:
     return first[:limit]
 
 
+def error_line(text: str) -> str:
+    """The first 'SomeError: message' line of a text (an exception as a report prints it), normalized; ''."""
+    found = re.search(r"(?:^|\s)(\w+(?:Error|Exception)): (.+)", text, re.MULTILINE)
+    return normalize(f"{found.group(1)}: {found.group(2)}") if found else ""
+
+
 #: describe_error's first line, '<impl> raised Type: message'; a per-token-head property's, 'Type: message'.
 DESCRIBED = r" raised (\w+(?:\.\w+)*): (.*)$"
 TYPE_FIRST = r"^(\w+(?:\.\w+)*): (.*)$"
@@ -927,8 +933,12 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         else:
             how, title = "wrong-error", f"{mutation}: {what.rstrip(':')}"
         cell = "crashes" if how == "crash" else ""
-        return [Finding("validation", f"validation:{how}", title, cell=cell, replayable=False,
-                        facts={"mutation": mutation})]
+        facts = {"mutation": mutation}
+        if how in ("unnamed", "wrong-error"):
+            facts["error"] = error_line(message)
+        elif how == "other-exception":
+            facts["error"] = normalize(f"{kind}: {message}")
+        return [Finding("validation", f"validation:{how}", title, cell=cell, replayable=False, facts=facts)]
     if module == "test_overlap" and conformance and "specific to the shared memory" in message:
         # The saved Case rebuilds separate buffers, where the implementation passes: the sharing is the defect
         # (a Case that fails on its own too goes the usual way below, replayed and classified by its bytes).
