@@ -3890,3 +3890,22 @@ def test_an_invalid_call_that_raises_a_valid_calls_error_is_that_raise() -> None
               "validation:unnamed": [("a", unnamed), ("b", other)]}
     _merge_raised_before_checks(groups)
     assert [n for n, _ in groups[raised]] == ["r", "a"] and [n for n, _ in groups["validation:unnamed"]] == ["b"]
+
+
+def test_one_refusal_of_k_and_of_v_is_one_raise() -> None:
+    """A [1] scale refused where H > 1: k_scale's refusal under heads-above:1, v_scale's (a 0-d k_scale beside
+    it) under scale-kind:tensor0d, one defect under the key of more failures. Refusals of other words stay
+    apart."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_kv_raises
+
+    def raised(key: str, n: int, text: str) -> list:
+        return [(f"{key}{i}", Finding("raises", key, "raises", excerpt=f"impl raised ValueError: {text}"))
+                for i in range(n)]
+    heads, kind = "raises:ValueError@heads-above:1", "raises:ValueError@scale-kind:tensor0d"
+    other = "raises:ValueError@cache-e5m2"
+    groups = {heads: raised(heads, 3, "k_scale must be 0-d or [2], got shape (1,)"),
+              kind: raised(kind, 2, "v_scale must be 0-d or [2], got shape (1,)"),
+              other: raised(other, 2, "key_cache must be float8_e4m3fn, got float8_e5m2")}
+    _merge_kv_raises(groups)
+    assert sorted(groups) == [other, heads] and len(groups[heads]) == 5

@@ -68,10 +68,10 @@ def test_a_per_token_head_failure_is_classified_by_where_its_bytes_are():
     # place, one cause (held-out batch 57)
     scale = line.format("k_scale_cache[17]", "(its stored scale): token=0")
     assert _per_token_head(scale + "\n  k_scale_cache[18] expected 0x58 actual 0x3F outside the view (a gap or "
-                           "guard band)").key == "per-token-head:scales"
+                           "guard band)").key == "per-token-head:scales-misplaced"
     assert _per_token_head(line.format("v_cache[402]", "inline scale byte 0: token=0") + "\n" +
                            line.format("v_cache[47]", "(its stored scale): no token writes it")).key == \
-        "per-token-head:scales"
+        "per-token-head:scales-misplaced"
     assert _per_token_head(line.format("k_cache[3]", "dim=1: token=0 input=1") + "\n  k_cache[9] expected 0x58 "
                            "actual 0x3F outside the view (a gap or guard band)").key == "per-token-head:writes-outside"
     # the padding property's call has no slot in range: its bytes are outside however they are located

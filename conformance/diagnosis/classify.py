@@ -858,8 +858,8 @@ def _per_token_head(message: str) -> Finding:
     written slots, only in the stored scales, or in the data bytes."""
     places = [line for line in message.splitlines() if " expected 0x" in line]
     if "writes with no slot in range" not in message and _scales_misplaced(places):
-        return Finding("per-token-head", "per-token-head:scales", "with dynamic per-(token, head) scales, stores "
-                       "its scales in the wrong place (the data bytes are right; scale bytes land in slots no token "
+        return Finding("per-token-head", "per-token-head:scales-misplaced", "with dynamic per-(token, head) scales, "
+                       "stores its scales in the wrong place (the data bytes are right; scale bytes land in slots no token "
                        "writes, or outside the view)", replayable=False)
     # a call whose every slot is padding or out of range: any byte it changes is outside the written slots
     if "writes with no slot in range" in message or any("no token writes it" in line or "outside the view" in line
@@ -1077,7 +1077,7 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                 found.key = f"raises:{found.facts['exception']}@{'+'.join(r.name for r in rules)}"
                 found.title = f"raises {found.facts['exception']}, {', '.join(r.words for r in rules)}"
         elif pc is not None and found.key in ("per-token-head:values", "per-token-head:scales",
-                                              "per-token-head:writes-outside"):
+                                              "per-token-head:scales-misplaced", "per-token-head:writes-outside"):
             # the scale rule it follows where it is not the recipe's, and its rule on D
             from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule, pth_unwritten
             found = pth_cause(pc, impl, device) or pth_unwritten(pc, impl, device) or found

@@ -314,6 +314,8 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_wider(groups)
     _merge_moved_padding(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
+    _merge_misplaced_scales(groups)
+    _merge_kv_raises(groups)
     _merge_validation_kinds(groups)
     _merge_raised_before_checks(groups)
     _merge_misread_raise(groups)
@@ -524,7 +526,7 @@ PLACEMENT = ("strides", "padding", "out-of-range", "big-cache", "overrun")
 #: Per-token-head effects that write out of place (scales put where their caches' strides do not say, bytes in
 #: slots no token names): the family's Cases are not ablated, so these keys carry no placement class.
 PTH_PLACEMENT = ("per-token-head:scale-caches-as-contiguous", "per-token-head:writes-outside",
-                 "per-token-head:cache-loc-stride-ignored")
+                 "per-token-head:cache-loc-stride-ignored", "per-token-head:scales-misplaced")
 #: Effects that store one cache's bytes through the other's pointer: out of place, past that buffer's end when
 #: the caches differ in size or offset (a crash under Triton's interpreter). K stored through value_cache's
 #: pointer is not among them: V's bytes overwrite it where the layouts agree, so it reads as key_cache unwritten.
@@ -997,7 +999,8 @@ def _shape_dimensions(key: str) -> frozenset[str]:
 #: Per-head and per-token-head keys: the prefix of those that name a cause, and those read by where the bytes
 #: differ.
 LOCATED = (("scale:per-head-", ("scale:per-head",)),
-           ("per-token-head:", ("per-token-head:values", "per-token-head:scales", "per-token-head:writes-outside")))
+           ("per-token-head:", ("per-token-head:values", "per-token-head:scales", "per-token-head:writes-outside",
+                                "per-token-head:scales-misplaced")))
 
 
 def _merge_per_head(groups: Groups) -> None:
@@ -1368,6 +1371,45 @@ def _merge_wrong_bound(groups: Groups) -> None:
     for key in [k for k in groups if k.startswith("wrong-slot:unwritten@") and hosts[0] in groups
                 and trigger_set(hosts[0]) | {"last-slot"} <= trigger_set(k)]:
         _move(groups, key, lambda _n, _f: (hosts[0], " (an in-range slot past the wrong bound, skipped)"))
+
+
+def _merge_misplaced_scales(groups: Groups) -> None:
+    """Scales stored in the wrong place show as wrong scales alone where every stray byte landed on another
+    written scale of the Case: one defect with the Cases that also wrote outside (held-out batch 57)."""
+    if "per-token-head:scales-misplaced" in groups and "per-token-head:scales" in groups:
+        _move(groups, "per-token-head:scales", lambda _n, _f: ("per-token-head:scales-misplaced", ""))
+
+
+#: K's and V's names for one argument, made one in a raise's message (`_merge_kv_raises`).
+KV_NAMES = re.compile(r"\b(?:[kv]_(scale|cache)|(key|value)_cache|(key|value))\b")
+
+
+def _kv_error(key: str, groups: Groups) -> str:
+    """A raise's error line with K's and V's argument names made one; '' where it names neither."""
+    def one(line: str) -> str:
+        return KV_NAMES.sub(lambda m: f"X_{m.group(1)}" if m.group(1) else "X_cache" if m.group(2) else "X", line)
+    lines = {error_line(f.excerpt or "") for _, f in groups[key]} - {""}
+    made_one = {one(line) for line in lines}
+    if len(made_one) != 1 or not any(KV_NAMES.search(line) for line in lines):
+        return ""
+    return made_one.pop()
+
+
+def _merge_kv_raises(groups: Groups) -> None:
+    """One refusal of K's argument and the same of V's (`k_scale must be ... got shape (1,)`, `v_scale must ...`)
+    under two triggers (H above 1; a 0-d k_scale beside a [1] v_scale, the call that reaches V's check) are one
+    defect: under the key of the most failures (held-out batch 57)."""
+    by_error: dict[str, list[str]] = {}
+    for key in [k for k in groups if class_of(k) == "raises"]:
+        error = _kv_error(key, groups)
+        if error:
+            by_error.setdefault(error, []).append(key)
+    for keys in by_error.values():
+        if len(keys) > 1:
+            host = max(keys, key=lambda k: (len(groups[k]), "@" in k))
+            for key in keys:
+                if key != host:
+                    _move(groups, key, lambda _n, _f, host=host: (host, " (the same refusal)"))
 
 
 #: Of the ways an invalid argument gets through, the one a defect of several is listed under.
