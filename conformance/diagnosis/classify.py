@@ -859,8 +859,8 @@ def _per_token_head(message: str) -> Finding:
     places = [line for line in message.splitlines() if " expected 0x" in line]
     if "writes with no slot in range" not in message and _scales_misplaced(places):
         return Finding("per-token-head", "per-token-head:scales-misplaced", "with dynamic per-(token, head) scales, "
-                       "stores its scales in the wrong place (the data bytes are right; scale bytes land in slots no token "
-                       "writes, or outside the view)", replayable=False)
+                       "stores its scales in the wrong place (the data bytes are right; scale bytes land in slots no "
+                       "token writes, or outside the view)", replayable=False)
     # a call whose every slot is padding or out of range: any byte it changes is outside the written slots
     if "writes with no slot in range" in message or any("no token writes it" in line or "outside the view" in line
                                                         for line in places):
