@@ -72,6 +72,10 @@ def test_a_per_token_head_failure_is_classified_by_where_its_bytes_are():
     assert _per_token_head(line.format("v_cache[402]", "inline scale byte 0: token=0") + "\n" +
                            line.format("v_cache[47]", "(its stored scale): no token writes it")).key == \
         "per-token-head:scales-misplaced"
+    # stray bytes only in a separate scale cache are a scale store's, beside wrong data (another cause)
+    assert _per_token_head(line.format("k_cache[3]", "dim=1: token=0 input=1") + "\n" +
+                           line.format("k_scale_cache[47]", "(its stored scale): no token writes it")).key == \
+        "per-token-head:scales-misplaced"
     assert _per_token_head(line.format("k_cache[3]", "dim=1: token=0 input=1") + "\n  k_cache[9] expected 0x58 "
                            "actual 0x3F outside the view (a gap or guard band)").key == "per-token-head:writes-outside"
     # the padding property's call has no slot in range: its bytes are outside however they are located

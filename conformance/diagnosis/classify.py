@@ -848,8 +848,10 @@ def _scales_misplaced(places: list[str]) -> bool:
     batch 57: a scale cache's strides in another order, a block term dropped, the inline scale at the row's
     end), not wrong scales and writes outside as two."""
     written = [line for line in places if "outside the view" not in line]
-    return (any(_is_scale_place(line) and "token=" in line for line in written)
-            and any("outside the view" in line or "no token writes it" in line for line in places)
+    stray = [line for line in places if "outside the view" in line or "no token writes it" in line]
+    if stray and all(line.lstrip().startswith(("k_scale_cache", "v_scale_cache")) for line in stray):
+        return True  # only a scale store reaches a separate scale cache (wrong data beside them: another cause)
+    return (any(_is_scale_place(line) and "token=" in line for line in written) and bool(stray)
             and all(_is_scale_place(line) for line in written))
 
 
