@@ -164,14 +164,21 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
 
 
 @triton.jit
-def token_slots(loc_ptr, t, loc_stride, T, num_slots, page_size):
-    """Each token's (slot in range, page, offset in the page). Padding (negative) and out-of-range slots
-    are not in range, and write nothing, whatever cache_loc holds; their page and offset are slot 0's."""
-    loc = tl.load(loc_ptr + t.to(tl.int64) * loc_stride, mask=t < T, other=-1).to(tl.int64)
+def slot_parts(loc, t, T, num_slots, page_size):
+    """Each token's (slot in range, page, offset in the page) from its int64 cache_loc entry. Padding (negative)
+    and out-of-range slots are not in range, and write nothing, whatever cache_loc holds; their page and offset
+    are slot 0's."""
     in_range = (t < T) & (loc >= 0) & (loc < num_slots)
     slot = tl.where(in_range, loc, 0)
     page = slot // page_size
     return in_range, page, slot - page * page_size
+
+
+@triton.jit
+def token_slots(loc_ptr, t, loc_stride, T, num_slots, page_size):
+    """`slot_parts` of each token's cache_loc entry, loaded here (past T: -1, padding)."""
+    loc = tl.load(loc_ptr + t.to(tl.int64) * loc_stride, mask=t < T, other=-1).to(tl.int64)
+    return slot_parts(loc, t, T, num_slots, page_size)
 
 
 @triton.jit(do_not_specialize=INT_ARGS, do_not_specialize_on_alignment=POINTER_ARGS)

@@ -32,7 +32,7 @@ import triton.language as tl
 
 from kernel.backend import fma_is_exact, interpreted
 from kernel.per_token_head import FLOOR_FLASHINFER, FLOOR_VLLM, NAN_SCALE_BITS, fp32_bits, make_pth_plan
-from kernel.per_token_head_kernel import _encode, _reciprocal, _scale_of, launch_per_token_head, token_slots
+from kernel.per_token_head_kernel import _encode, _reciprocal, _scale_of, launch_per_token_head, slot_parts, token_slots
 from kernel.triton_kernel import _e4m3_hw, _e4m3_sw
 from tools._cli import comma_list, parser
 
@@ -125,18 +125,35 @@ def _chunk_store(x_ptr, xrow, s, c_ptr, crow, in_range, T_OK, D: tl.constexpr, B
 
 
 @triton.jit
+def _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE: tl.constexpr, D: tl.constexpr,
+                CA: tl.constexpr):
+    """A tile's bytes where `mask` and each head's scale where `writes`: inline at D..D+3 of the head's D + 4
+    bytes (4-byte stores at most), else to the separate scale cache."""
+    W: tl.constexpr = D + 4 if INLINE else D
+    rows = tl.multiple_of(crow, CA)
+    tl.store(c_ptr + rows[:, None, None] + (h64 * W)[None, :, None] + d64[None, None, :], byte, mask=mask)
+    if INLINE:
+        j = tl.arange(0, 4)
+        bits = s.to(tl.uint32, bitcast=True)
+        b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
+        at = c_ptr + rows[:, None, None] + (h64 * W + D)[None, :, None] + j.to(tl.int64)[None, None, :]
+        tl.store(at, b, mask=writes[:, :, None] & (j < 4)[None, None, :])
+    else:
+        tl.store(s_ptr + srow[:, None] + h64[None, :], s, mask=writes)
+
+
+@triton.jit
 def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size, num_slots, sp, so, ssp, sso,
               H: tl.constexpr, D: tl.constexpr, INLINE: tl.constexpr, CHUNK: tl.constexpr, LEAN: tl.constexpr,
               KV: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
               FV: tl.constexpr, FF: tl.constexpr, NB: tl.constexpr, NBYTES: tl.constexpr,
-              BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, VEC: tl.constexpr, CA: tl.constexpr):
+              BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, CA: tl.constexpr):
     """One program a [BT, BH, BD] tile of K and of V (KV = 0), or of one of them (KV = 1: program_id(1)
     picks K or V); H, D and the layout are constexprs (the kernel's are runtime values)."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
     h = tl.arange(0, BH)
     d = tl.arange(0, BD)
     t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)
-    W: tl.constexpr = D + 4 if INLINE else D
     inside = (t < T)[:, None, None] & (h < H)[None, :, None] & (d < D)[None, None, :]
     in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
     writes = in_range[:, None] & (h < H)[None, :]
@@ -170,21 +187,11 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
             _chunk_store(xps[i], xrow, s, cs[i], crow, in_range, t < T, D, BT, BH, H,
                          NBYTES // 16, SOFTWARE, EXACT_FMA)
         else:
-            rows = tl.multiple_of(crow, CA)
-            cptr = cs[i] + rows[:, None, None] + (h64 * W)[None, :, None] + d64[None, None, :]
-            tl.store(cptr, byte, mask=mask)
-            if INLINE:
-                j = tl.arange(0, 4)
-                bits = s.to(tl.uint32, bitcast=True)
-                b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
-                at = cs[i] + rows[:, None, None] + (h64 * W + D)[None, :, None] + j.to(tl.int64)[None, None, :]
-                tl.store(at, b, mask=writes[:, :, None] & (j < 4)[None, None, :])
-            else:
-                tl.store(ss[i] + srow[:, None] + h64[None, :], s, mask=writes)
+            _store_tile(byte, s, cs[i], ss[i], crow, srow, h64, d64, mask, writes, INLINE, D, CA)
 
 
 @triton.jit
-def _load_blk(k_ptr, v_ptr, loc_ptr, tb, T, num_slots, H: tl.constexpr, D: tl.constexpr,
+def _load_blk(k_ptr, v_ptr, loc_ptr, tb, T, H: tl.constexpr, D: tl.constexpr,
               BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr):
     t = tb * BT + tl.arange(0, BT)
     h = tl.arange(0, BH)
@@ -209,15 +216,11 @@ def pth_persist(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_s
     h = tl.arange(0, BH)
     d = tl.arange(0, BD)
     h64, d64 = h.to(tl.int64), d.to(tl.int64)
-    W: tl.constexpr = D + 4 if INLINE else D
-    xk, xv, loc = _load_blk(k_ptr, v_ptr, loc_ptr, pid, T, num_slots, H, D, BT, BH, BD)
+    xk, xv, loc = _load_blk(k_ptr, v_ptr, loc_ptr, pid, T, H, D, BT, BH, BD)
     for tb in range(pid, nblk, nprog):
-        xk_n, xv_n, loc_n = _load_blk(k_ptr, v_ptr, loc_ptr, tb + nprog, T, num_slots, H, D, BT, BH, BD)
+        xk_n, xv_n, loc_n = _load_blk(k_ptr, v_ptr, loc_ptr, tb + nprog, T, H, D, BT, BH, BD)
         t = tb * BT + tl.arange(0, BT)
-        in_range = (t < T) & (loc >= 0) & (loc < num_slots)
-        slot = tl.where(in_range, loc, 0)
-        page = slot // page_size
-        offset = slot - page * page_size
+        in_range, page, offset = slot_parts(loc, t, T, num_slots, page_size)
         writes = in_range[:, None] & (h < H)[None, :]
         mask = writes[:, :, None] & (d < D)[None, None, :]
         crow = page * sp + offset * so
@@ -227,17 +230,7 @@ def pth_persist(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_s
             c_ptr = kc_ptr if i == 0 else vc_ptr
             s_ptr = ks_ptr if i == 0 else vs_ptr
             byte, s = _quant(x, LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
-            rows = tl.multiple_of(crow, CA)
-            cptr = c_ptr + rows[:, None, None] + (h64 * W)[None, :, None] + d64[None, None, :]
-            tl.store(cptr, byte, mask=mask)
-            if INLINE:
-                j = tl.arange(0, 4)
-                bits = s.to(tl.uint32, bitcast=True)
-                b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
-                at = c_ptr + rows[:, None, None] + (h64 * W + D)[None, :, None] + j.to(tl.int64)[None, None, :]
-                tl.store(at, b, mask=writes[:, :, None] & (j < 4)[None, None, :])
-            else:
-                tl.store(s_ptr + srow[:, None] + h64[None, :], s, mask=writes)
+            _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA)
         xk, xv, loc = xk_n, xv_n, loc_n
 
 
@@ -262,7 +255,7 @@ def launch_variant(a: dict, *, chunk: bool = False, lean: bool = False, kv: int 
     if persist:
         sms = torch.cuda.get_device_properties(a["k"].device).multi_processor_count if a["k"].is_cuda else 1
         return pth_persist[(min(triton.cdiv(t, bt), sms * persist),)](*common, **consts)
-    return pth_probe[(triton.cdiv(t, bt), 2 if kv else 1)](*common, CHUNK=chunk, KV=kv, VEC=16, **consts)
+    return pth_probe[(triton.cdiv(t, bt), 2 if kv else 1)](*common, CHUNK=chunk, KV=kv, **consts)
 
 
 def make_arguments(t: int, h: int, d: int, inline: bool, device: torch.device, seed: int = 0) -> dict:

@@ -228,10 +228,11 @@ def identify_robustly(impl: Implementation, points: list[Point], device: torch.d
     if note.startswith("identified"):
         return recipe, note
     if not first.actual:  # it raised on every point: a kernel may refuse one of the scale forms its convention has
+        refused = next(iter(first.errors.values()), "")
         for kind, other in _other_scale_forms(points, impl.convention.scale_kinds):
             again, again_note = held_recipe(identify(impl, other, device))
             if again_note.startswith("identified"):
-                return again, f"{again_note}, the scale as a {kind} ({note.split('(', 1)[-1].rstrip(')')})"
+                return again, f"{again_note}, the scale as a {kind} (it raised on every sweep point: {refused})"
     tries = [("one token a call", False)]
     if first.errors or "class:" not in note:  # not a value residual the sweep already classed: a slot defect?
         tries.append(("each token alone at slot 0 of a one-slot cache", True))
@@ -246,6 +247,9 @@ def identify_robustly(impl: Implementation, points: list[Point], device: torch.d
     return recipe, note
 
 
+SCALE_WORDS = {"float": "Python float", "tensor0d": "0-d tensor", "tensor1": "1-element tensor"}
+
+
 def _other_scale_forms(points: list[Point], kinds: tuple[str, ...]) -> list[tuple[str, list[Point]]]:
     """The sweep again with its scales in each other kind the convention passes (a 0-d tensor where the plain
     call passes a 1-element one, say): a kernel that refuses one form of a valid scale still computes a recipe
@@ -253,9 +257,6 @@ def _other_scale_forms(points: list[Point], kinds: tuple[str, ...]) -> list[tupl
     used = {p.kind for p in points}
     return [(SCALE_WORDS[k], [p if p.kind == "none" else Point(p.dtype, k, p.value) for p in points])
             for k in KINDS if k in kinds and k not in used]
-
-
-SCALE_WORDS = {"float": "Python float", "tensor0d": "0-d tensor", "tensor1": "1-element tensor"}
 
 
 def _worst_points(res: Result) -> list[Point]:
