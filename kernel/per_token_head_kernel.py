@@ -12,9 +12,11 @@ Exactness, on GPU and in the interpreter alike:
   patterns, which order like the values, and a NaN's bits exceed inf's, so the same max says whether
   the head holds a NaN (a flag), and s = NaN by an explicit select (Triton's NaN rule for a float max
   differs between the compiled reduction, which drops NaN, and the interpreter's numpy, which keeps it);
-- the two per-head divisions are `tl.math.div_rn` (IEEE; Triton's `/` is the approximate div.full.f32);
-  per element, vLLM's recipe multiplies by the IEEE reciprocal and FlashInfer's divides, correctly rounded
-  by kernel/triton_kernel.py's Markstein sequence where tl.fma rounds once (EXACT_FMA), else by div_rn;
+- the per-head divisions are correctly rounded: amax / 448 by Markstein's correction with RN(1/448) a
+  constant where tl.fma rounds once (EXACT_FMA; `_over_448`), vLLM's reciprocal 1/s by `tl.math.div_rn`
+  (IEEE; Triton's `/` is the approximate div.full.f32); per element, vLLM's recipe multiplies by that
+  reciprocal and FlashInfer's divides, correctly rounded by kernel/triton_kernel.py's Markstein sequence
+  where tl.fma rounds once, else by div_rn;
 - the floors and the NaN scale are fp32 bit patterns, not literals left to a compiler to round;
 - the e4m3 encoders are kernel/triton_kernel.py's (software: exact integer operations, for the
   interpreter and below sm_89; hardware: cvt.rn.satfinite), both saturating at ±448 with NaN passing
@@ -42,7 +44,9 @@ from kernel.per_token_head import (
 )
 from kernel.plan import Plan
 from kernel.recipe import DEFAULT_RECIPE
-from kernel.triton_kernel import _e4m3_hw, _e4m3_sw, _markstein
+from kernel.triton_kernel import _e4m3_hw, _e4m3_sw, _markstein, markstein_with
+
+RECIPROCAL_448_BITS = fp32_bits(1 / 448)  # RN(1/448): 1/7's bits repeat 001, so rounding twice is exact
 
 POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr", "ks_ptr", "vs_ptr"]
 INT_ARGS = [
@@ -97,16 +101,30 @@ def _amax_bits(x32):
 
 
 @triton.jit
-def _scale_of(amax_bits, VLLM: tl.constexpr, FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
+def _over_448(a, EXACT_FMA: tl.constexpr):
+    """a / 448, correctly rounded (IEEE fp32 division), for a >= 0 or +inf.
+    Where tl.fma rounds once: Markstein's correction with RN(1/448) a constant (kernel/triton_kernel.py's
+    `_markstein`, whose range holds 448), which saves the IEEE division's multi-instruction sequence and its
+    slow-path branch once a head. It is exact wherever nothing underflows, so for every a >= 2**-100; a
+    smaller amax gives a quotient far below either floor (vLLM's scale floor, 1e-6; FlashInfer floors amax
+    first, at 1e-12, so its quotient is at least 2**-49). a = +inf gives +inf. Checked for every fp32 a by
+    `python -m tools.pth_probe --scales` on CUDA (docs/results/)."""
+    if EXACT_FMA:
+        return markstein_with(a, tl.zeros_like(a) + 448.0, _f32(RECIPROCAL_448_BITS))
+    return tl.math.div_rn(a, tl.zeros_like(a) + 448.0)
+
+
+@triton.jit
+def _scale_of(amax_bits, VLLM: tl.constexpr, EXACT_FMA: tl.constexpr, FLOOR_V: tl.constexpr,
+              FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
     """Each head's `_amax_bits` -> its fp32 scale."""
     has_nan = amax_bits > 0x7F800000
     amax = tl.where(has_nan, 0, amax_bits).to(tl.float32, bitcast=True)
-    q_max = tl.zeros_like(amax) + 448.0
     if VLLM:
-        s = tl.math.div_rn(amax, q_max)
+        s = _over_448(amax, EXACT_FMA)
         s = tl.where(s < _f32(FLOOR_V), _f32(FLOOR_V), s)
     else:
-        s = tl.math.div_rn(tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax), q_max)
+        s = _over_448(tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax), EXACT_FMA)
     return tl.where(has_nan, _f32(NAN_BITS), s)
 
 
@@ -140,7 +158,7 @@ def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
                     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr):
     """[BT, BH, BD] input values -> (e4m3 bytes [BT, BH, BD], each head's fp32 scale [BT, BH])."""
     x32 = _widen(x, SOFTWARE)
-    s = _scale_of(_amax_bits(x32), VLLM, FLOOR_V, FLOOR_F, NAN_BITS)
+    s = _scale_of(_amax_bits(x32), VLLM, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
     return _encode(x32, s[:, :, None], _reciprocal(s, VLLM)[:, :, None], VLLM, SOFTWARE, EXACT_FMA), s
 
 
@@ -152,13 +170,14 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
     rows = _rows(c_ptr, c_slot, h64, c_sh, C_ALIGN)  # cache bytes: C_ALIGN-byte aligned rows
     tl.store(_tile(rows, d64, c_sd, VEC), byte, mask=mask)
     if INLINE:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
-        j = tl.arange(0, 4)
-        bits = s.to(tl.uint32, bitcast=True)
-        b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
         at = rows + D * c_sd.to(tl.int64)  # position D of each head's slot
-        if C_ALIGN >= 4:  # unit dim stride and D a multiple of C_ALIGN: 4-byte aligned (a 32-bit store may do)
-            at = tl.multiple_of(at, (4, 4))
-        tl.store(_tile(at, j.to(tl.int64), c_sd, VEC), b, mask=writes[:, :, None] & (j < 4)[None, None, :])
+        if C_ALIGN >= 4:  # unit dim stride and D a multiple of C_ALIGN: 4-byte aligned, one fp32 store
+            tl.store(tl.multiple_of(at, (4, 4)).to(tl.pointer_type(tl.float32)), s, mask=writes)
+        else:
+            j = tl.arange(0, 4)
+            bits = s.to(tl.uint32, bitcast=True)
+            b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
+            tl.store(_tile(at, j.to(tl.int64), c_sd, 1), b, mask=writes[:, :, None] & (j < 4)[None, None, :])
     else:
         tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
@@ -203,14 +222,15 @@ def per_token_head_write(
         d_ok = tl.max_constancy(d_ok, VEC)  # D % VEC == 0, so the mask is constant per VEC dims
     inside = (t < T)[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
 
+    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
+    # need not wait for cache_loc: they are issued first, before the slot lookup, whose 64-bit division
+    # branches and so would keep the compiler from moving them above it. K's and V's are both issued
+    # before any store, since the stores may alias the inputs as far as the compiler knows.
+    xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
+    xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
     in_range, page, offset = token_slots(loc_ptr, t, loc_stride, T, num_slots, page_size)
     writes = in_range[:, None] & (h < H)[None, :]
     mask = inside & in_range[:, None, None]
-    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the reads
-    # need not wait for cache_loc; K's and V's are both issued before any store, since the stores may
-    # alias the inputs as far as the compiler knows (kernel/triton_kernel.py does the same).
-    xk = tl.load(_tile(_rows(k_ptr, t64 * k_st, h64, k_sh, X_ALIGN), d64, k_sd, VEC), mask=inside, other=0.0)
-    xv = tl.load(_tile(_rows(v_ptr, t64 * v_st, h64, v_sh, X_ALIGN), d64, v_sd, VEC), mask=inside, other=0.0)
     bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
     _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
                  ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)

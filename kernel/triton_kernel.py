@@ -197,7 +197,12 @@ def _markstein(x32, s):
     negations the signs come out right by themselves: x = ±0 gives q0 = ±0, residual = +0, and
     q0 + (-0) * r = q0; a nonzero x gives a nonzero exact value, whose rounding keeps its sign.
     """
-    r = tl.math.div_rn(1.0, s)  # once a program: s is uniform
+    return markstein_with(x32, s, tl.math.div_rn(1.0, s))  # the division once a program: s is uniform
+
+
+@triton.jit
+def markstein_with(x32, s, r):
+    """`_markstein`'s x / s given r = RN(1/s), which a constant divisor passes as a constant."""
     q0 = x32 * r
     residual = tl.fma(q0, s, x32 * -1.0)
     return tl.where(tl.abs(residual) < float("inf"), tl.fma(residual * -1.0, r, q0), q0)
@@ -298,6 +303,18 @@ def fp8_kv_write(
         d_ok = tl.max_constancy(d_ok, 16)  # D % 16 == 0, so the mask is constant per 16 dims
     inside = (t < T)[:, None, None] & (h < H)[None, :, None] & d_ok[None, None, :]
 
+    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the
+    # reads need not wait for cache_loc: masked by `writes`, a decode call was two dependent DRAM
+    # round trips. They are issued first: the slot lookup's 64-bit division branches, and the compiler
+    # moves no load above a branch. Both are issued before any store: the stores may alias the inputs
+    # as far as the compiler knows, so this order is what keeps K's and V's reads in flight together.
+    xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
+    xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
+    ks = _load_scale(ks_addr, ks_value, ks_from_ptr, ks_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
+                     SOFTWARE, PER_HEAD)
+    vs = _load_scale(vs_addr, vs_value, vs_from_ptr, vs_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
+                     SOFTWARE, PER_HEAD)
+
     # Padding (negative) and out-of-range slots write nothing, whatever cache_loc holds.
     loc = tl.load(loc_ptr + t64 * loc_stride, mask=t < T, other=-1).to(tl.int64)
     writes = (t < T) & (loc >= 0) & (loc < num_slots)
@@ -306,18 +323,6 @@ def fp8_kv_write(
     k_slot_rows = page * kc_sp + offset * kc_so
     v_slot_rows = page * vc_sp + offset * vc_so
     mask = inside & writes[:, None, None]
-
-    ks = _load_scale(ks_addr, ks_value, ks_from_ptr, ks_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
-                     SOFTWARE, PER_HEAD)
-    vs = _load_scale(vs_addr, vs_value, vs_from_ptr, vs_stride, h64, h < H, k_ptr.dtype.element_ty, SCALE_IN_INPUT,
-                     SOFTWARE, PER_HEAD)
-
-    # The inputs are read wherever the tile lies inside [T, H, D], padding tokens included, so the
-    # reads need not wait for cache_loc: masked by `writes`, a decode call was two dependent DRAM
-    # round trips. Both are issued before any store: the stores may alias the inputs as far as the
-    # compiler knows, so this order is what keeps K's and V's reads in flight together.
-    xk = tl.load(_pointers(k_ptr, t64 * k_st, h64, d64, k_sh, k_sd, VEC), mask=inside, other=0.0)
-    xv = tl.load(_pointers(v_ptr, t64 * v_st, h64, d64, v_sh, v_sd, VEC), mask=inside, other=0.0)
     bk = _quantize(xk, ks, MUL_RECIPROCAL, INTERMEDIATE, SATURATE, k_ptr.dtype.element_ty, SOFTWARE, EXACT_FMA,
                    PER_HEAD, E5M2, FNUZ)
     tl.store(_pointers(kc_ptr, k_slot_rows, h64, d64, kc_sh, kc_sd, VEC), bk, mask=mask)

@@ -17,7 +17,15 @@ spills. The kernel itself is the `kernel` row. Variants:
   issued before this one's stores;
 - `chunk`, `chunk-kvsplit` (inline only): each token's slot row written as 16-byte chunks of H * (D + 4)
   bytes (the kernel's inline stores are 4 bytes wide), its data re-read per byte and each head's scale
-  broadcast to the chunks by a one-hot max.
+  broadcast to the chunks by a one-hot max;
+- `f32s` (`-f32s`): an inline scale stored as one fp32 through a cast pointer, not as 4 bytes (its place is
+  4-byte aligned); `stream` (`-stream`): loads marked evict-first, stores streaming (`.cs`);
+- `pipePsS`: P programs an SM looping over token blocks in a `tl.range(num_stages=S)` loop, which Triton's
+  software pipeliner turns into asynchronous copies of the next S - 1 blocks' inputs to shared memory
+  (loads in flight that hold no registers), `lean-f32s` otherwise;
+- `abl-*`, ablations of `lean-f32s`, timed but never bit-checked (their bytes are wrong by design), to place
+  the time: `abl-nodiv` (approximate scale and reciprocal, no IEEE division), `abl-noamax` (every scale 1),
+  `abl-noscale` (the scales not stored).
 Under TRITON_INTERPRET=1 (no CUDA) only the bit-checks run, on the software encoder.
 Results: docs/results/ (the README there indexes them).
 """
@@ -48,6 +56,19 @@ VARIANTS: dict[str, dict] = {
     "persist8-lean": {"lean": True, "persist": 8},
     "chunk": {"chunk": True},
     "chunk-kvsplit": {"chunk": True, "kv": 1},
+    "f32s": {"f32s": True},
+    "stream": {"stream": True},
+    "f32s-stream": {"f32s": True, "stream": True},
+    "lean-kvsplit-f32s": {"lean": True, "kv": 1, "f32s": True},
+    "lean-kvsplit-f32s-stream": {"lean": True, "kv": 1, "f32s": True, "stream": True},
+    "pipe2s3": {"lean": True, "f32s": True, "pipe": (2, 3)},
+    "pipe4s2": {"lean": True, "f32s": True, "pipe": (4, 2)},
+    "pipe4s3": {"lean": True, "f32s": True, "pipe": (4, 3)},
+    "pipe8s2": {"lean": True, "f32s": True, "pipe": (8, 2)},
+    # Ablations: timed, not bit-checked (their bytes are wrong by design): where the time goes.
+    "abl-nodiv": {"lean": True, "f32s": True, "abl": 1},
+    "abl-noamax": {"lean": True, "f32s": True, "abl": 2},
+    "abl-noscale": {"lean": True, "f32s": True, "abl": 3},
 }
 OUTPUTS = ("k_cache", "v_cache", "k_scale_cache", "v_scale_cache")
 
@@ -68,12 +89,20 @@ def _amax16(x):
 
 @triton.jit
 def _quant(x, LEAN: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
-           FV: tl.constexpr, FF: tl.constexpr, NB: tl.constexpr):
+           FV: tl.constexpr, FF: tl.constexpr, NB: tl.constexpr, ABL: tl.constexpr = 0):
+    if ABL == 1:  # ablation: no IEEE division (approximate scale and reciprocal)
+        amax = _amax16(x).to(tl.float32, bitcast=True)
+        s = tl.maximum(amax * (1.0 / 448.0), 1e-6)
+        r = 1.0 / s
+        return _encode(x.to(tl.float32), s[:, :, None], r[:, :, None], True, SOFTWARE, EXACT_FMA), s
+    if ABL == 2:  # ablation: no amax either (every scale 1)
+        s = tl.zeros((x.shape[0], x.shape[1]), dtype=tl.float32) + 1.0
+        return _encode(x.to(tl.float32), s[:, :, None], s[:, :, None], True, SOFTWARE, EXACT_FMA), s
     if LEAN:
-        s = _scale_of(_amax16(x), True, FV, FF, NB)
+        s = _scale_of(_amax16(x), True, EXACT_FMA, FV, FF, NB)
     else:
         x32 = x.to(tl.float32)
-        s = _scale_of(tl.max(x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2), True, FV, FF, NB)
+        s = _scale_of(tl.max(x32.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2), True, EXACT_FMA, FV, FF, NB)
     r = _reciprocal(s, True)
     return _encode(x.to(tl.float32), s[:, :, None], r[:, :, None], True, SOFTWARE, EXACT_FMA), s
 
@@ -126,20 +155,27 @@ def _chunk_store(x_ptr, xrow, s, c_ptr, crow, in_range, T_OK, D: tl.constexpr, B
 
 @triton.jit
 def _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE: tl.constexpr, D: tl.constexpr,
-                CA: tl.constexpr):
+                CA: tl.constexpr, F32S: tl.constexpr, STREAM: tl.constexpr, NOSCALE: tl.constexpr = False):
     """A tile's bytes where `mask` and each head's scale where `writes`: inline at D..D+3 of the head's D + 4
-    bytes (4-byte stores at most), else to the separate scale cache."""
+    bytes (4-byte stores at most; F32S: one fp32 store), else to the separate scale cache."""
     W: tl.constexpr = D + 4 if INLINE else D
+    CM: tl.constexpr = ".cs" if STREAM else ""
     rows = tl.multiple_of(crow, CA)
-    tl.store(c_ptr + rows[:, None, None] + (h64 * W)[None, :, None] + d64[None, None, :], byte, mask=mask)
-    if INLINE:
+    tl.store(c_ptr + rows[:, None, None] + (h64 * W)[None, :, None] + d64[None, None, :], byte, mask=mask,
+             cache_modifier=CM)
+    if NOSCALE:
+        pass
+    elif INLINE and F32S:
+        at = c_ptr + rows[:, None] + (h64 * W + D)[None, :]
+        tl.store(at.to(tl.pointer_type(tl.float32)), s, mask=writes, cache_modifier=CM)
+    elif INLINE:
         j = tl.arange(0, 4)
         bits = s.to(tl.uint32, bitcast=True)
         b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
         at = c_ptr + rows[:, None, None] + (h64 * W + D)[None, :, None] + j.to(tl.int64)[None, None, :]
-        tl.store(at, b, mask=writes[:, :, None] & (j < 4)[None, None, :])
+        tl.store(at, b, mask=writes[:, :, None] & (j < 4)[None, None, :], cache_modifier=CM)
     else:
-        tl.store(s_ptr + srow[:, None] + h64[None, :], s, mask=writes)
+        tl.store(s_ptr + srow[:, None] + h64[None, :], s, mask=writes, cache_modifier=CM)
 
 
 @triton.jit
@@ -147,7 +183,8 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
               H: tl.constexpr, D: tl.constexpr, INLINE: tl.constexpr, CHUNK: tl.constexpr, LEAN: tl.constexpr,
               KV: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
               FV: tl.constexpr, FF: tl.constexpr, NB: tl.constexpr, NBYTES: tl.constexpr,
-              BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, CA: tl.constexpr):
+              BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, CA: tl.constexpr,
+              F32S: tl.constexpr, STREAM: tl.constexpr, ABL: tl.constexpr):
     """One program a [BT, BH, BD] tile of K and of V (KV = 0), or of one of them (KV = 1: program_id(1)
     picks K or V); H, D and the layout are constexprs (the kernel's are runtime values)."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
@@ -162,6 +199,7 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
     xoff = xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
     crow = page * sp + offset * so
     srow = page * ssp + offset * sso
+    EP: tl.constexpr = "evict_first" if STREAM else ""
     if KV == 1:
         which = tl.program_id(1)
         if which == 0:
@@ -172,22 +210,24 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
             x_ptr = v_ptr
             c_ptr = vc_ptr
             s_ptr = vs_ptr
-        xs = [tl.load(x_ptr + xoff, mask=inside, other=0.0)]
+        xs = [tl.load(x_ptr + xoff, mask=inside, other=0.0, eviction_policy=EP)]
         cs = [c_ptr]
         ss = [s_ptr]
         xps = [x_ptr]
     else:
-        xs = [tl.load(k_ptr + xoff, mask=inside, other=0.0), tl.load(v_ptr + xoff, mask=inside, other=0.0)]
+        xs = [tl.load(k_ptr + xoff, mask=inside, other=0.0, eviction_policy=EP),
+              tl.load(v_ptr + xoff, mask=inside, other=0.0, eviction_policy=EP)]
         cs = [kc_ptr, vc_ptr]
         ss = [ks_ptr, vs_ptr]
         xps = [k_ptr, v_ptr]
     for i in tl.static_range(len(xs)):
-        byte, s = _quant(xs[i], LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
+        byte, s = _quant(xs[i], LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB, ABL)
         if CHUNK:
             _chunk_store(xps[i], xrow, s, cs[i], crow, in_range, t < T, D, BT, BH, H,
                          NBYTES // 16, SOFTWARE, EXACT_FMA)
         else:
-            _store_tile(byte, s, cs[i], ss[i], crow, srow, h64, d64, mask, writes, INLINE, D, CA)
+            _store_tile(byte, s, cs[i], ss[i], crow, srow, h64, d64, mask, writes, INLINE, D, CA, F32S, STREAM,
+                        ABL == 3)
 
 
 @triton.jit
@@ -230,8 +270,39 @@ def pth_persist(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_s
             c_ptr = kc_ptr if i == 0 else vc_ptr
             s_ptr = ks_ptr if i == 0 else vs_ptr
             byte, s = _quant(x, LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
-            _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA)
+            _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA, False, False)
         xk, xv, loc = xk_n, xv_n, loc_n
+
+
+@triton.jit
+def pth_pipe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size, num_slots, sp, so, ssp, sso,
+             H: tl.constexpr, D: tl.constexpr, INLINE: tl.constexpr, LEAN: tl.constexpr,
+             SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
+             FV: tl.constexpr, FF: tl.constexpr, NB: tl.constexpr, NBYTES: tl.constexpr,
+             BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, CA: tl.constexpr,
+             F32S: tl.constexpr, STAGES: tl.constexpr):
+    nblk = tl.cdiv(T, BT)
+    h = tl.arange(0, BH)
+    d = tl.arange(0, BD)
+    h64, d64 = h.to(tl.int64), d.to(tl.int64)
+    for tb in tl.range(tl.program_id(0), nblk, tl.num_programs(0), num_stages=STAGES):
+        t = tb * BT + tl.arange(0, BT)
+        inside = (t < T)[:, None, None] & (h < H)[None, :, None] & (d < D)[None, None, :]
+        xrow = tl.multiple_of(t.to(tl.int64) * (H * D), 16)
+        xoff = xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
+        xk = tl.load(k_ptr + xoff, mask=inside, other=0.0)
+        xv = tl.load(v_ptr + xoff, mask=inside, other=0.0)
+        in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
+        writes = in_range[:, None] & (h < H)[None, :]
+        mask = inside & in_range[:, None, None]
+        crow = page * sp + offset * so
+        srow = page * ssp + offset * sso
+        for i in tl.static_range(2):
+            x = xk if i == 0 else xv
+            c_ptr = kc_ptr if i == 0 else vc_ptr
+            s_ptr = ks_ptr if i == 0 else vs_ptr
+            byte, s = _quant(x, LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
+            _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA, F32S, False)
 
 
 def _pow2(n: int) -> int:
@@ -239,6 +310,7 @@ def _pow2(n: int) -> int:
 
 
 def launch_variant(a: dict, *, chunk: bool = False, lean: bool = False, kv: int = 0, persist: int = 0,
+                   f32s: bool = False, stream: bool = False, abl: int = 0, pipe: tuple[int, int] | None = None,
                    elements: int = 2048, warps: int = 4, software: bool = False) -> object:
     """One launch of a variant on `make_arguments`' tensors; returns Triton's compiled kernel."""
     t, h, d = a["k"].shape
@@ -252,10 +324,13 @@ def launch_variant(a: dict, *, chunk: bool = False, lean: bool = False, kv: int 
               kc.stride(1), ssp, sso)
     consts = dict(H=h, D=d, INLINE=inline, LEAN=lean, SOFTWARE=software, EXACT_FMA=fma_is_exact(), FV=FV, FF=FF,
                   NB=NB_, NBYTES=_pow2(h * (d + 4)), BT=bt, BH=bh, BD=bd, CA=4 if inline else 16, num_warps=warps)
+    sms = torch.cuda.get_device_properties(a["k"].device).multi_processor_count if a["k"].is_cuda else 1
+    if pipe:
+        return pth_pipe[(min(triton.cdiv(t, bt), sms * pipe[0]),)](*common, F32S=f32s, STAGES=pipe[1], **consts)
     if persist:
-        sms = torch.cuda.get_device_properties(a["k"].device).multi_processor_count if a["k"].is_cuda else 1
         return pth_persist[(min(triton.cdiv(t, bt), sms * persist),)](*common, **consts)
-    return pth_probe[(triton.cdiv(t, bt), 2 if kv else 1)](*common, CHUNK=chunk, KV=kv, **consts)
+    return pth_probe[(triton.cdiv(t, bt), 2 if kv else 1)](*common, CHUNK=chunk, KV=kv, F32S=f32s, STREAM=stream,
+                                                            ABL=abl, **consts)
 
 
 def make_arguments(t: int, h: int, d: int, inline: bool, device: torch.device, seed: int = 0) -> dict:
@@ -303,7 +378,7 @@ def mismatches(device: torch.device, shapes: list[tuple[int, int, int]], softwar
             launch_kernel(a, software)
             want = _outputs(a)
             for name in variants:
-                if VARIANTS[name].get("chunk") and not inline:
+                if VARIANTS[name].get("chunk") and not inline or VARIANTS[name].get("abl"):
                     continue
                 for n in OUTPUTS:
                     if n in a:
