@@ -46,7 +46,8 @@ from kernel.plan import Plan
 from kernel.recipe import DEFAULT_RECIPE
 from kernel.triton_kernel import _e4m3_hw, _e4m3_sw, _markstein, markstein_with
 
-RECIPROCAL_448_BITS = fp32_bits(1 / 448)  # RN(1/448): 1/7's bits repeat 001, so rounding twice is exact
+# RN(1/448), exact though rounded twice (double, then fp32): 1/7's bits repeat 001, so never a tie.
+RECIPROCAL_448_BITS = tl.constexpr(fp32_bits(1 / 448))
 
 POINTER_ARGS = ["k_ptr", "v_ptr", "kc_ptr", "vc_ptr", "loc_ptr", "ks_ptr", "vs_ptr"]
 INT_ARGS = [
@@ -108,7 +109,7 @@ def _over_448(a, EXACT_FMA: tl.constexpr):
     slow-path branch once a head. It is exact wherever nothing underflows, so for every a >= 2**-100; a
     smaller amax gives a quotient far below either floor (vLLM's scale floor, 1e-6; FlashInfer floors amax
     first, at 1e-12, so its quotient is at least 2**-49). a = +inf gives +inf. Checked for every fp32 a by
-    `python -m tools.pth_probe --scales` on CUDA (docs/results/)."""
+    `python -m tools.sweep_pth_scales` on CUDA (docs/results/)."""
     if EXACT_FMA:
         return markstein_with(a, tl.zeros_like(a) + 448.0, _f32(RECIPROCAL_448_BITS))
     return tl.math.div_rn(a, tl.zeros_like(a) + 448.0)
