@@ -33,6 +33,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "per-tensor-software-strided": ("per-tensor", dict(SOFTWARE=True, VEC=False, PER_HEAD=False, E5M2=False,
                                                        FNUZ=False)),
     "per-head": ("per-tensor", dict(SOFTWARE=False, VEC=True, PER_HEAD=True, E5M2=False, FNUZ=False)),
+    "per-head-software": ("per-tensor", dict(SOFTWARE=True, VEC=True, PER_HEAD=True, E5M2=False, FNUZ=False)),
     "e5m2": ("per-tensor", dict(SOFTWARE=False, VEC=True, PER_HEAD=False, E5M2=True, FNUZ=False)),
     "fnuz": ("per-tensor", dict(SOFTWARE=True, VEC=True, PER_HEAD=False, E5M2=False, FNUZ=True)),
     "pth-inline-vllm": ("per-token-head", dict(VLLM=True, INLINE=True, C_ALIGN=4)),
