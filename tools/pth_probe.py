@@ -192,13 +192,8 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
     d = tl.arange(0, BD)
     t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)
     inside = (t < T)[:, None, None] & (h < H)[None, :, None] & (d < D)[None, None, :]
-    in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
-    writes = in_range[:, None] & (h < H)[None, :]
-    mask = inside & in_range[:, None, None]
     xrow = tl.multiple_of(t64 * (H * D), 16)
     xoff = xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
-    crow = page * sp + offset * so
-    srow = page * ssp + offset * sso
     EP: tl.constexpr = "evict_first" if STREAM else ""
     if KV == 1:
         which = tl.program_id(1)
@@ -220,6 +215,12 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
         cs = [kc_ptr, vc_ptr]
         ss = [ks_ptr, vs_ptr]
         xps = [k_ptr, v_ptr]
+    # The slot lookup after the loads, as in the kernel: its division branches, and no load moves above it.
+    in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
+    writes = in_range[:, None] & (h < H)[None, :]
+    mask = inside & in_range[:, None, None]
+    crow = page * sp + offset * so
+    srow = page * ssp + offset * sso
     for i in tl.static_range(len(xs)):
         byte, s = _quant(xs[i], LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB, ABL)
         if CHUNK:
@@ -245,6 +246,19 @@ def _load_blk(k_ptr, v_ptr, loc_ptr, tb, T, H: tl.constexpr, D: tl.constexpr,
 
 
 @triton.jit
+def _write_kv(xk, xv, kc_ptr, vc_ptr, ks_ptr, vs_ptr, crow, srow, h64, d64, mask, writes, LEAN: tl.constexpr,
+              SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr, FV: tl.constexpr, FF: tl.constexpr, NB: tl.constexpr,
+              INLINE: tl.constexpr, D: tl.constexpr, CA: tl.constexpr, F32S: tl.constexpr):
+    """Quantize and store a block's K tile, then its V tile (the looping variants' body)."""
+    for i in tl.static_range(2):
+        x = xk if i == 0 else xv
+        c_ptr = kc_ptr if i == 0 else vc_ptr
+        s_ptr = ks_ptr if i == 0 else vs_ptr
+        byte, s = _quant(x, LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
+        _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA, F32S, False)
+
+
+@triton.jit
 def pth_persist(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size, num_slots, sp, so, ssp, sso,
                 H: tl.constexpr, D: tl.constexpr, INLINE: tl.constexpr, LEAN: tl.constexpr,
                 SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
@@ -265,12 +279,8 @@ def pth_persist(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_s
         mask = writes[:, :, None] & (d < D)[None, None, :]
         crow = page * sp + offset * so
         srow = page * ssp + offset * sso
-        for i in tl.static_range(2):
-            x = xk if i == 0 else xv
-            c_ptr = kc_ptr if i == 0 else vc_ptr
-            s_ptr = ks_ptr if i == 0 else vs_ptr
-            byte, s = _quant(x, LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
-            _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA, False, False)
+        _write_kv(xk, xv, kc_ptr, vc_ptr, ks_ptr, vs_ptr, crow, srow, h64, d64, mask, writes, LEAN, SOFTWARE,
+                  EXACT_FMA, FV, FF, NB, INLINE, D, CA, False)
         xk, xv, loc = xk_n, xv_n, loc_n
 
 
@@ -297,12 +307,8 @@ def pth_pipe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size
         mask = inside & in_range[:, None, None]
         crow = page * sp + offset * so
         srow = page * ssp + offset * sso
-        for i in tl.static_range(2):
-            x = xk if i == 0 else xv
-            c_ptr = kc_ptr if i == 0 else vc_ptr
-            s_ptr = ks_ptr if i == 0 else vs_ptr
-            byte, s = _quant(x, LEAN, SOFTWARE, EXACT_FMA, FV, FF, NB)
-            _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLINE, D, CA, F32S, False)
+        _write_kv(xk, xv, kc_ptr, vc_ptr, ks_ptr, vs_ptr, crow, srow, h64, d64, mask, writes, LEAN, SOFTWARE,
+                  EXACT_FMA, FV, FF, NB, INLINE, D, CA, F32S)
 
 
 def _pow2(n: int) -> int:
