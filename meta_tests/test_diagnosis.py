@@ -1116,12 +1116,32 @@ def _bound_heads(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, 
     _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
 
 
+def _stops_at_out_of_range(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                           use_triton=True, *, recipe="unfused", checked=False):
+    """A per-token loop that stops at the first out-of-range slot (`break` where `continue` was meant): every
+    later token is left unwritten, whatever its slot."""
+    slots = k_cache.shape[0] * (k_cache.shape[1] if k_cache.dim() == 4 else 1)
+    past = (cache_loc >= slots).nonzero()
+    cut = int(past[0]) if past.numel() else cache_loc.shape[0]
+    loc = torch.cat([cache_loc[:cut], torch.full_like(cache_loc[cut:], -1)])
+    _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
 def _tile_tail(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
                recipe="unfused", checked=False):
     """Tiles of 4 tokens and no tail: the last T % 4 tokens are never written."""
     keep = k.shape[0] - k.shape[0] % 4
     loc = torch.cat([cache_loc[:keep], torch.full_like(cache_loc[keep:], -1)])
     _reference(k, v, k_cache, v_cache, loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_loop_that_stops_at_an_out_of_range_slot_is_no_wrong_bound() -> None:
+    """Slots 32 (past the cache) then 16: the token at 16 is left unwritten, which a bound of 16 slots fits too.
+    With the out-of-range token last the same slots are written right, which no bound does (held-out batch 58:
+    two keys for this one cause)."""
+    case = _case(num_tokens=2, num_pages=2, page_size=16, num_heads=1, cache_loc=(32, 16))
+    keys = [f.key for f in Diagnoser(_impl(_stops_at_out_of_range), CPU).diagnose(case)]
+    assert keys == ["wrong-slot:unwritten@out-of-range"], keys
 
 
 def test_a_wrong_number_of_slots_is_told_from_a_tile_tail() -> None:
@@ -2713,6 +2733,36 @@ def test_an_inf_clamped_to_the_input_dtypes_largest_value_is_named() -> None:
     assert found == {"input-clamped:dtype-max@input-float16"}, found
 
 
+def _nan_to_num_first(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                      use_triton=True, *, recipe="divide", checked=False):
+    """`torch.nan_to_num` on the widened inputs first (a guard against NaN activations): NaN -> 0, and, its
+    default, ±inf -> ±fp32's largest value."""
+    _reference(torch.nan_to_num(k.float()), torch.nan_to_num(v.float()), k_cache, v_cache, cache_loc, k_scale,
+               v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_nan_to_num_before_the_scale_is_one_defect() -> None:
+    """A fresh check kernel of the thirtieth session: both of `torch.nan_to_num`'s rules in one Case are one
+    model (before it, nothing explained such a Case), and either rule seen alone beside another is that defect."""
+    from conformance.diagnosis.report import _merge_nan_to_num
+    case = _case(recipe="divide", k_scale=Scale("tensor1", 1e38),
+                 overrides=(Override("k", 1, 0x7FC0, "nan"), Override("k", 2, 0x7F80, "inf")))
+    found = _groups(*{f.key for f in Diagnoser(_impl(_nan_to_num_first, "divide"), CPU).diagnose(case)})
+    assert any(k.startswith("input-clamped:nan-to-num") for k in found), sorted(found)
+    _merge_nan_to_num(found)
+    assert [k.split("@")[0] for k in found] == ["input-clamped:nan-to-num"], sorted(found)
+    groups = _groups("encoding:nan-lost@any", "input-clamped:dtype-max@any", "input-clamped:nan-to-num@any",
+                     "wrong-slot:unwritten@last-slot")
+    _merge_nan_to_num(groups)
+    assert sorted(groups) == ["input-clamped:nan-to-num@any", "wrong-slot:unwritten@last-slot"], sorted(groups)
+    groups = _groups("encoding:nan-lost@any", "input-clamped:dtype-max@input-float16")
+    _merge_nan_to_num(groups)
+    assert sorted(groups) == ["input-clamped:dtype-max@input-float16"], sorted(groups)
+    alone = _groups("encoding:nan-lost@any", "rounds-toward-zero@any")
+    _merge_nan_to_num(alone)
+    assert sorted(alone) == ["encoding:nan-lost@any", "rounds-toward-zero@any"], sorted(alone)
+
+
 def _k_cache_head_stride_from_input(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                                     use_triton=True, *, recipe="unfused", checked=False):
     """K's cache addressed with K's input head stride (one stride argument passed for both); bytes that land
@@ -3078,6 +3128,27 @@ def test_slots_left_unwritten_under_a_moving_defects_trigger_are_that_defect() -
         assert sorted(groups) == sorted(keys)
 
 
+def test_a_raise_and_a_shared_buffer_beside_slots_moved_and_unwritten_are_that_one_defect(tmp_path) -> None:
+    """Held-out batch 58: tokens a block computed from the cache's strides (`stride(0) // stride(1)`) lands wrong
+    on a strided cache, in another slot or past the cache (IndexError), and a K/V pool's halves are such caches.
+    A raise could not choose between the moved and the unwritten slots of one trigger; once the unwritten join
+    the moved, the raise and the shared buffer's wrong bytes join them too: one defect, not three."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import Node, defects_from
+
+    def node(name: str, *keys: str) -> Node:
+        return Node(f"conformance/{name}[impl]", "failed", findings=[Finding(class_of(k), k, "?") for k in keys])
+    nodes = {n.nodeid: n for n in (
+        node("test_bit_exact.py::test_bit_exact", "wrong-slot:unwritten@strided-cache",
+             "raises:IndexError@strided-cache"),
+        node("test_isolation.py::test_duplicate_slots", "wrong-slot:tokens-moved@strided-cache",
+             "raises:IndexError@strided-cache"),
+        node("test_isolation.py::test_guard_bands", "raises:IndexError@strided-cache"),
+        node("test_overlap.py::test_shared_but_disjoint_memory_is_accepted", "wrong-bytes:shared-memory"))}
+    keys = [d.key for d in defects_from(nodes, tmp_path, {"args": ""})]
+    assert keys == ["wrong-slot:tokens-moved@strided-cache"], keys
+
+
 def test_tokens_moved_only_with_padding_beside_its_padding_rule_are_that_rule() -> None:
     """Padding tested as `!= -1` (held-out batch 50's pair, beside a flush of subnormal inputs): wraps -2 to the
     end, raises on -7, and in a Case where the flush changed bytes too, the wrap's model missed and the move read
@@ -3123,6 +3194,22 @@ def test_wrong_values_of_no_named_rule_join_the_value_rule_beside_a_placement() 
     groups = _groups(*keys)
     _merge_per_head(groups)
     assert sorted(groups) == sorted(keys)
+
+
+@pytest.mark.parametrize("what", ("raises on a second per-token-head call of one layout",
+                                  "raises on a call of padding and out-of-range slots",
+                                  "raises on all bfloat16 patterns (inline)"))
+def test_every_raise_of_the_per_token_head_family_is_a_raise(what: str) -> None:
+    """Held-out batch 58: a kernel that refuses strided scale caches raised in tests whose messages say "raises
+    on a second call" or "on a call of padding slots", not "on a valid call", and those were read as wrong
+    bytes (`per-token-head:values`), a second key for the one refusal."""
+    from conformance.diagnosis.classify import classify_failure
+    from conformance.harness import _failure_kind
+    failure = _failure_kind("raises")(f"impl: {what} (per-token-head-vllm, separate; T=2 H=1 D=64):\n"
+                                      "ValueError: v_scale_cache must be contiguous, got strides (2, 2, 1)")
+    found = classify_failure(failure, "test_a_second_call_of_a_layout_is_bit_exact", "test_per_token_head", {},
+                             _impl(_reference), CPU)
+    assert [f.key for f in found] == ["raises:ValueError: v_scale_cache must be contiguous, got strides (N, …)"], found
 
 
 def test_an_exhaustive_per_token_head_failure_is_no_rows_rule() -> None:

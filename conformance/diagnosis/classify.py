@@ -1068,7 +1068,8 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
         return [found]
     if module == "test_per_token_head":  # its Cases are not replayed (not ablated): read by the located diff
         error = message.split("\n", 1)[-1]
-        found = raised(error, TYPE_FIRST) if "raises on a valid" in what else _per_token_head(message)
+        # every "raises on ..." of the family (a valid call, padding slots, a second call, all patterns)
+        found = raised(error, TYPE_FIRST) if what.startswith("raises on ") else _per_token_head(message)
         saved = SAVED.search(message)  # its PTHCase, which tools.repro replays
         base = _load(saved.group(1)) if saved else None
         pc = _saved_pth_case(saved.group(1)) if base is not None and impl and device else None

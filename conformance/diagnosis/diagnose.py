@@ -451,10 +451,19 @@ class Diagnoser:
     def _bound_refuted(self, case: Case, effect: Effect, replay: Replay) -> bool:
         """Whether the same cache with the unwritten tokens at other slots past the bound (not the last, nor
         one a token names) is written right: a bound skips every slot past it, and a check off by one at the
-        cache's end (`< n - 1`) skips the last slot alone, which a bound fits when it is the only slot named."""
+        cache's end (`< n - 1`) skips the last slot alone, which a bound fits when it is the only slot named.
+        Or whether the same slots with the out-of-range tokens last are written right: a bound skips the same
+        slots in any order, and a loop that stops at the first out-of-range token (`break` for `continue`)
+        leaves only the tokens after it."""
         formula = _bound_of(effect)
         if formula is None:
             return False
+        out_last = (tuple(s for s in case.cache_loc if s < case.num_slots)
+                    + tuple(s for s in case.cache_loc if s >= case.num_slots))
+        if out_last != case.cache_loc:
+            r = self.replay(case.replace(cache_loc=out_last))
+            if r is not None and not r.error and not r.symptoms:
+                return True
         bound = formula(case)
         named = [s for s in case.cache_loc if 0 <= s < case.num_slots]
         unwritten = {s for s in named if s >= bound}

@@ -117,6 +117,9 @@ TITLES = {
                                "is written as ±max/s where the recipe writes the format's ±inf or ±max)",
     "input-clamped": "clamps its inputs to the format's range before the scale (past ±max it writes ±max/s where "
                      "the recipe gives x/s)",
+    "input-clamped:nan-to-num": "replaces non-finite inputs before the scale, as `torch.nan_to_num` does: NaN "
+                                "becomes 0 and ±inf its dtype's ±largest finite value (NaN written as ±0, ±inf "
+                                "as ±max/s, where the recipe gives the NaN byte and the format's ±inf or ±max)",
     "scale:none-read-from-input": "reads a scale given as None from an input's memory (a placeholder pointer "
                                   "loaded: the input's first value as the scale, or as its reciprocal)",
     "scale:applied-twice": "scales its inputs twice (x / s / s: a pre-scaled tensor scaled again)",
@@ -1212,6 +1215,15 @@ def _clamped_inputs(rows: _Rows, held: str, bound: float) -> torch.Tensor | None
     return _quantized(rows.x.clamp(-bound, bound), _scale_value(rows.scale), held, rows.case.cache_format)
 
 
+def _nan_to_num(rows: _Rows, held: str, dtype: torch.dtype) -> torch.Tensor | None:
+    """The held recipe's bytes with each input first put through `torch.nan_to_num` in `dtype` (NaN -> 0, ±inf ->
+    ±finfo(dtype).max); None unless the inputs hold both a NaN and an infinity."""
+    x = rows.x.to(torch.float32)
+    if not (bool(x.isnan().any()) and bool(x.isinf().any())):
+        return None
+    return _quantized(torch.nan_to_num(rows.x.to(dtype)), _scale_value(rows.scale), held, rows.case.cache_format)
+
+
 def _or_old(rows: _Rows, held: str) -> torch.Tensor:
     """The held recipe's bytes ORed into the old bytes of each token's slot."""
     q = rows.q(held).clone()
@@ -1611,6 +1623,12 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
         clamped = _clamped_inputs(rows, held, bound)
         if clamped is not None:
             yield key, lambda clamped=clamped: clamped
+    # `torch.nan_to_num` before the scale, on the input or on its fp32 widening: both of its rules at once, where
+    # the Case has a NaN and an inf to show them (either alone is `encoding:nan-lost` or the clamp above)
+    for dtype in dict.fromkeys((rows.x.dtype, torch.float32)):
+        replaced = _nan_to_num(rows, held, dtype)
+        if replaced is not None:
+            yield "input-clamped:nan-to-num", lambda replaced=replaced: replaced
     for floor in SCALE_FLOORS:  # a guard under the scale (`s.clamp(min=1e-12)`) that a legal tiny scale meets
         if own < floor:  # the floor in the key, so that re-drawn calls must show the same one
             yield f"scale:floored:{floor:g}", lambda floor=floor: rows.q(held, floor)

@@ -338,7 +338,12 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_plain_call(groups)
     _merge_page_size_raise(groups)
     _merge_unwritten_into_moved(groups)
+    # again: with the unwritten slots joined to the moved tokens, a raise or a shared buffer that had two hosts
+    # of one trigger to choose between may have one now
+    _merge_raises(groups)
+    _attribute_shared_memory(groups)
     _merge_encoding(groups)
+    _merge_nan_to_num(groups)
     _merge_value_trigger(groups)
     _attribute_misplaced(groups)
     _attribute_unexplained(groups)
@@ -1065,6 +1070,21 @@ def _encoding_kinds(key: str) -> set[str]:
     """An encoding key's rules, NaN for an infinity counted as NaN past the range (of which it is the case)."""
     kinds = set(same_effect(key).split(":", 1)[1].split("+"))
     return {"nan-past-448" if k == "inf-nan" else k for k in kinds}
+
+
+def _merge_nan_to_num(groups: Groups) -> None:
+    """`torch.nan_to_num` before the scale has two rules: NaN becomes 0 (`encoding:nan-lost` where a Case has no
+    infinity) and ±inf the dtype's ±largest value (`input-clamped:dtype-max` where it has no NaN); a Case with
+    both shows `input-clamped:nan-to-num`. Either rule beside another of them in one run is that one call: one
+    defect, under `nan-to-num` where it was seen, else under the clamp."""
+    rules = {effect: [k for k in groups if same_effect(k) == effect]
+             for effect in ("input-clamped:nan-to-num", "input-clamped:dtype-max", "encoding:nan-lost")}
+    seen = [effect for effect, keys in rules.items() if keys]
+    if len(seen) < 2 or len(rules[seen[0]]) != 1:
+        return
+    host = rules[seen[0]][0]
+    for key in [k for effect in seen[1:] for k in rules[effect]]:
+        _move(groups, key, lambda _n, _f: (host, " (`torch.nan_to_num`'s other rule)"))
 
 
 def _merge_encoding(groups: Groups) -> None:
