@@ -179,6 +179,16 @@ def _store_tile(byte, s, c_ptr, s_ptr, crow, srow, h64, d64, mask, writes, INLIN
 
 
 @triton.jit
+def _input_tile(t, T, H: tl.constexpr, D: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr):
+    """A block of tokens `t`'s contiguous [T, H, D] input tile: (h64, d64, inside mask, each token's row offset,
+    each element's offset)."""
+    h64, d64 = tl.arange(0, BH).to(tl.int64), tl.arange(0, BD).to(tl.int64)
+    inside = (t < T)[:, None, None] & (h64 < H)[None, :, None] & (d64 < D)[None, None, :]
+    xrow = tl.multiple_of(t.to(tl.int64) * (H * D), 16)
+    return h64, d64, inside, xrow, xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
+
+
+@triton.jit
 def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size, num_slots, sp, so, ssp, sso,
               H: tl.constexpr, D: tl.constexpr, INLINE: tl.constexpr, CHUNK: tl.constexpr, LEAN: tl.constexpr,
               KV: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
@@ -188,12 +198,7 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
     """One program a [BT, BH, BD] tile of K and of V (KV = 0), or of one of them (KV = 1: program_id(1)
     picks K or V); H, D and the layout are constexprs (the kernel's are runtime values)."""
     t = tl.program_id(0) * BT + tl.arange(0, BT)
-    h = tl.arange(0, BH)
-    d = tl.arange(0, BD)
-    t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)
-    inside = (t < T)[:, None, None] & (h < H)[None, :, None] & (d < D)[None, None, :]
-    xrow = tl.multiple_of(t64 * (H * D), 16)
-    xoff = xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
+    h64, d64, inside, xrow, xoff = _input_tile(t, T, H, D, BH, BD)
     EP: tl.constexpr = "evict_first" if STREAM else ""
     if KV == 1:
         which = tl.program_id(1)
@@ -217,7 +222,7 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
         xps = [k_ptr, v_ptr]
     # The slot lookup after the loads, as in the kernel: its division branches, and no load moves above it.
     in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
-    writes = in_range[:, None] & (h < H)[None, :]
+    writes = in_range[:, None] & (h64 < H)[None, :]
     mask = inside & in_range[:, None, None]
     crow = page * sp + offset * so
     srow = page * ssp + offset * sso
@@ -235,13 +240,8 @@ def pth_probe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_siz
 def _load_blk(k_ptr, v_ptr, loc_ptr, tb, T, H: tl.constexpr, D: tl.constexpr,
               BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr):
     t = tb * BT + tl.arange(0, BT)
-    h = tl.arange(0, BH)
-    d = tl.arange(0, BD)
-    t64, h64, d64 = t.to(tl.int64), h.to(tl.int64), d.to(tl.int64)
-    inside = (t < T)[:, None, None] & (h < H)[None, :, None] & (d < D)[None, None, :]
-    xrow = tl.multiple_of(t64 * (H * D), 16)
-    xoff = xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
-    loc = tl.load(loc_ptr + t64, mask=t < T, other=-1).to(tl.int64)
+    _, _, inside, _, xoff = _input_tile(t, T, H, D, BH, BD)
+    loc = tl.load(loc_ptr + t.to(tl.int64), mask=t < T, other=-1).to(tl.int64)
     return tl.load(k_ptr + xoff, mask=inside, other=0.0), tl.load(v_ptr + xoff, mask=inside, other=0.0), loc
 
 
@@ -292,18 +292,13 @@ def pth_pipe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size
              BT: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, CA: tl.constexpr,
              F32S: tl.constexpr, STAGES: tl.constexpr):
     nblk = tl.cdiv(T, BT)
-    h = tl.arange(0, BH)
-    d = tl.arange(0, BD)
-    h64, d64 = h.to(tl.int64), d.to(tl.int64)
     for tb in tl.range(tl.program_id(0), nblk, tl.num_programs(0), num_stages=STAGES):
         t = tb * BT + tl.arange(0, BT)
-        inside = (t < T)[:, None, None] & (h < H)[None, :, None] & (d < D)[None, None, :]
-        xrow = tl.multiple_of(t.to(tl.int64) * (H * D), 16)
-        xoff = xrow[:, None, None] + (h64 * D)[None, :, None] + d64[None, None, :]
+        h64, d64, inside, _, xoff = _input_tile(t, T, H, D, BH, BD)
         xk = tl.load(k_ptr + xoff, mask=inside, other=0.0)
         xv = tl.load(v_ptr + xoff, mask=inside, other=0.0)
         in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
-        writes = in_range[:, None] & (h < H)[None, :]
+        writes = in_range[:, None] & (h64 < H)[None, :]
         mask = inside & in_range[:, None, None]
         crow = page * sp + offset * so
         srow = page * ssp + offset * sso
