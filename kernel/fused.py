@@ -68,8 +68,9 @@ def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[
 
     Compiled, 4 warps, tile sizes from the sweep in docs/results/tile-sweep-2026-12-02-final.csv
     (and the re-run of its software rows in docs/results/README.md):
-    - decode is latency-bound, and more, smaller programs start sooner: 512 elements up to T = 8,
-      1024 up to T = 64;
+    - decode (T <= 64) is latency-bound, and more, smaller programs start sooner: 512 elements. The
+      sweep had 1024 0.05 us faster at T = 64 (8x128) and 0.03 us slower at 32x128; one decode bucket,
+      not two, halves the compiled variants of the small T that most test cases draw;
     - prefill: 2048 elements on the hardware encoder, which was faster than 4096 for every recipe;
       4096 on the ALU-bound software encoder, where larger tiles won on the final kernel.
     Interpreted: each program costs tens of milliseconds, so tiles are larger, but still small
@@ -79,7 +80,7 @@ def choose_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[
         return min(_pow2_at_least(num_tokens), 8), min(_pow2_at_least(heads), 4), \
             min(_pow2_at_least(dim), 128), 1
     if num_tokens <= 64:
-        elements = 512 if num_tokens <= 8 else 1024
+        elements = 512
     else:
         elements = 4096 if software else 2048
     return tile_for(dim, elements)

@@ -164,13 +164,77 @@ def _quantize_heads(x, VLLM: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl
 
 
 @triton.jit
+def _store_words(ptrs, byte, mask, s, RUN: tl.constexpr, SCALE: tl.constexpr):
+    """Store a [.., BD] byte tile as 4-byte words by inline PTX, each warp instruction writing runs of 4 * RUN
+    contiguous bytes.
+
+    Why: rows 4-byte aligned but no more (the inline layout's D + 4 pitch) get, from Triton's coalescing pass,
+    a store layout of 4 bytes a thread, and the tile is moved to it from the loads' 8 a thread through shared
+    memory (6 shared stores and 7 barriers in the inline kernel's SASS). Inline PTX is no memory op to that
+    pass, so the tile keeps the loads' layout: the RUN consecutive lanes holding one run of 8 * RUN contiguous
+    bytes swap words by warp shuffles, the first store writes the run's first half, word by word across the
+    lanes, and the second its other half. Where it is used, and what else was tried: `_words`.
+    The caller's conditions (`_words`): each thread holds its elements in groups of 8 consecutive bytes of one
+    row, in lane order, RUN lanes to a run, the run inside the row's D elements and the mask constant over it
+    (each lane stores by its own mask), and pointers 4-byte aligned.
+    SCALE: the run is the head's whole row of D = 8 * RUN bytes, and the run's first lane also stores `s`, the
+    head's fp32 scale (broadcast to the tile's shape), at byte D: the inline layout's scale, stored here
+    because a store of the [BT, BH] scales from their own layout is one more shared-memory move."""
+    tl.inline_asm_elementwise(
+        asm="""{
+        .reg .u32 lane, p, half, src_a, src_b, a0, a1, b0, b1, wa, wb;
+        .reg .u64 back, at;
+        .reg .pred keep, odd;
+        mov.u32 lane, %laneid;
+        sub.u32 p, $14, 1;
+        and.b32 p, lane, p;                // this lane's place in its run
+        shr.u32 half, $14, 1;
+        sub.u32 src_a, lane, p;
+        shr.u32 wa, p, 1;
+        add.u32 src_a, src_a, wa;          // the lane holding word p of the run
+        add.u32 src_b, src_a, half;        // ... and word RUN + p
+        shfl.sync.idx.b32 a0, $2, src_a, 31, -1;
+        shfl.sync.idx.b32 a1, $3, src_a, 31, -1;
+        shfl.sync.idx.b32 b0, $2, src_b, 31, -1;
+        shfl.sync.idx.b32 b1, $3, src_b, 31, -1;
+        and.b32 wa, p, 1;
+        setp.ne.u32 odd, wa, 0;
+        selp.b32 wa, a1, a0, odd;
+        selp.b32 wb, b1, b0, odd;
+        setp.eq.b32 keep, $4, 0x01010101;
+        setp.eq.and.b32 keep, $5, 0x01010101, keep;
+        mul.wide.u32 back, p, 4;
+        sub.u64 at, $6, back;              // the run's start + 4 p
+        @keep st.global.b32 [at], wa;
+        mul.wide.u32 back, $14, 4;
+        add.u64 at, at, back;              // + 4 RUN
+        @keep st.global.b32 [at], wb;
+        setp.eq.and.u32 keep, p, 0, keep;
+        setp.ne.and.u32 keep, $30, 0, keep;
+        mul.wide.u32 back, $14, 4;
+        add.u64 at, at, back;              // + 8 RUN: the scale's place, stored by lane 0 of the run
+        @keep st.global.b32 [at], $22;
+        mov.b32 $0, 0;
+        mov.b32 $1, 0;
+        }""",
+        constraints="=r,=r,r,r,r,r," + "l," * 8 + "r," * 23 + "r",
+        args=[byte, mask.to(tl.uint8), ptrs, tl.full(byte.shape, RUN, tl.int32),
+              s.to(tl.uint32, bitcast=True) + tl.zeros(byte.shape, tl.uint32), tl.full(byte.shape, SCALE, tl.int32)],
+        dtype=tl.uint8, is_pure=False, pack=8)
+
+
+@triton.jit
 def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d64, mask, writes, D,
-                 INLINE: tl.constexpr, VEC: tl.constexpr, C_ALIGN: tl.constexpr):
+                 INLINE: tl.constexpr, VEC: tl.constexpr, C_ALIGN: tl.constexpr, WORDS: tl.constexpr):
     """Store a tile's bytes where `mask`, and each head's scale where `writes` ([BT, BH]: the head exists
     and its token's slot is in range)."""
     rows = _rows(c_ptr, c_slot, h64, c_sh, C_ALIGN)  # cache bytes: C_ALIGN-byte aligned rows
-    tl.store(_tile(rows, d64, c_sd, VEC), byte, mask=mask)
-    if INLINE:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
+    SCALE_IN_WORDS: tl.constexpr = INLINE and WORDS * 8 == byte.shape[2]  # the row is one run (`_store_words`)
+    if WORDS:
+        _store_words(_tile(rows, d64, c_sd, VEC), byte, mask, s[:, :, None], WORDS, SCALE_IN_WORDS)
+    else:
+        tl.store(_tile(rows, d64, c_sd, VEC), byte, mask=mask)
+    if INLINE and not SCALE_IN_WORDS:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
         at = rows + D * c_sd.to(tl.int64)  # position D of each head's slot
         if C_ALIGN >= 4:  # unit dim stride and D a multiple of C_ALIGN: 4-byte aligned, one fp32 store
             tl.store(tl.multiple_of(at, (4, 4)).to(tl.pointer_type(tl.float32)), s, mask=writes)
@@ -179,7 +243,7 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
             bits = s.to(tl.uint32, bitcast=True)
             b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
             tl.store(_tile(at, j.to(tl.int64), c_sd, 1), b, mask=writes[:, :, None] & (j < 4)[None, None, :])
-    else:
+    elif not INLINE:
         tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
 
@@ -210,7 +274,7 @@ def per_token_head_write(
     ks_sp, ks_so, ks_sh, vs_sp, vs_so, vs_sh,
     VLLM: tl.constexpr, INLINE: tl.constexpr, SOFTWARE: tl.constexpr, EXACT_FMA: tl.constexpr,
     FLOOR_V: tl.constexpr, FLOOR_F: tl.constexpr, NAN_BITS: tl.constexpr,
-    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr,
+    VEC: tl.constexpr, X_ALIGN: tl.constexpr, C_ALIGN: tl.constexpr, WORDS: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -234,10 +298,10 @@ def per_token_head_write(
     mask = inside & in_range[:, None, None]
     bk, sk = _quantize_heads(xk, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
     _store_heads(bk, sk, kc_ptr, page * kc_sp + offset * kc_so, kc_sh, kc_sd,
-                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
+                 ks_ptr, page * ks_sp + offset * ks_so, ks_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN, WORDS)
     bv, sv = _quantize_heads(xv, VLLM, SOFTWARE, EXACT_FMA, FLOOR_V, FLOOR_F, NAN_BITS)
     _store_heads(bv, sv, vc_ptr, page * vc_sp + offset * vc_so, vc_sh, vc_sd,
-                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN)
+                 vs_ptr, page * vs_sp + offset * vs_so, vs_sh, h64, d64, mask, writes, D, INLINE, VEC, C_ALIGN, WORDS)
 
 
 def _scale_strides(sc: torch.Tensor | None, page_size: int) -> tuple[int, int, int]:
@@ -278,6 +342,24 @@ def _widths(plan: PTHPlan, kc: torch.Tensor, vc: torch.Tensor, cap: int = 16) ->
             n //= 2
         return n if n >= 4 else 1
     return width(x // size), width(c)
+
+
+def _words(c_align: int, x_vec: int, dim: int, block_d: int, elements: int, warps: int, software: bool) -> int:
+    """`_store_words`'s RUN (lanes a run), or 0 for Triton's own stores.
+
+    It can apply where the kernel is compiled (inline PTX), rows are 4-byte aligned but no more (wider rows get
+    wider plain stores), each thread loads 8 elements of a row at once (16-byte loads of 16-bit inputs) and the
+    tile holds at least 8 a thread, and D is the tile's BLOCK_D, at least 64, so a warp's lanes cover whole
+    8-byte groups of D in runs of min(D / 8, 32). It does apply where it measured faster than Triton's
+    shared-memory move (inline layout, T = 16384 and 32768, two H100s, docs/results/h100-2026-12-07-f.md): on
+    the software encoder, 6 to 11 points of a copy at 8x128 and 4x256; on the hardware encoder at D = 256
+    (a row is one warp's run), 0.5 to 1.2 points. On the hardware encoder at 8x128 it was 3 to 4 points
+    slower, as were storing each lane's own two words and storing 128 bytes an instruction in lane order
+    with addresses shuffled too, so that layout keeps Triton's stores."""
+    if interpreted() or c_align != 4 or x_vec != 8 or elements < 8 * 32 * warps or dim != block_d or dim < 64:
+        return 0
+    run = min(block_d // 8, 32)
+    return run if software or dim == 256 else 0
 
 
 def choose_pth_tile(num_tokens: int, heads: int, dim: int, software: bool) -> tuple[int, int, int, int]:
@@ -345,6 +427,7 @@ def launch_per_token_head(plan: PTHPlan, encoder: str | None = None, *, tile: tu
         VLLM=plan.recipe.rule == "vllm", INLINE=plan.inline, SOFTWARE=software, EXACT_FMA=fma_is_exact(),
         FLOOR_V=fp32_bits(FLOOR_VLLM), FLOOR_F=fp32_bits(FLOOR_FLASHINFER), NAN_BITS=NAN_SCALE_BITS,
         VEC=max(x_vec, c_align), X_ALIGN=x_vec * plan.k.element_size() if x_vec > 1 else 1, C_ALIGN=c_align,
+        WORDS=_words(c_align, x_vec, dim, block_d, block_t * block_h * block_d, warps, software),
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
         num_warps=warps,
     )

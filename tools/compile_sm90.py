@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tools._cli import comma_list, parser
 
-_PTH_CONSTS = dict(SOFTWARE=False, EXACT_FMA=True, VEC=8, X_ALIGN=16, BLOCK_T=2, BLOCK_H=8, BLOCK_D=128)
+_PTH_CONSTS = dict(SOFTWARE=False, EXACT_FMA=True, VEC=8, X_ALIGN=16, WORDS=0, BLOCK_T=2, BLOCK_H=8,
+                   BLOCK_D=128)
 _PT_CONSTS = dict(MUL_RECIPROCAL=False, SCALE_IN_INPUT=False, INTERMEDIATE=False, SATURATE=True, EXACT_FMA=True,
                   BLOCK_T=4, BLOCK_H=1, BLOCK_D=512)
 #: name -> (kernel, constexprs beyond the defaults above)
@@ -37,6 +38,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "e5m2": ("per-tensor", dict(SOFTWARE=False, VEC=True, PER_HEAD=False, E5M2=True, FNUZ=False)),
     "fnuz": ("per-tensor", dict(SOFTWARE=True, VEC=True, PER_HEAD=False, E5M2=False, FNUZ=True)),
     "pth-inline-vllm": ("per-token-head", dict(VLLM=True, INLINE=True, C_ALIGN=4)),
+    "pth-inline-vllm-4x256-words": ("per-token-head", dict(VLLM=True, INLINE=True, C_ALIGN=4, WORDS=32, BLOCK_H=4,
+                                                          BLOCK_D=256)),
+    "pth-inline-vllm-software-words": ("per-token-head", dict(VLLM=True, INLINE=True, C_ALIGN=4, WORDS=16,
+                                                             SOFTWARE=True)),
     "pth-separate-vllm": ("per-token-head", dict(VLLM=True, INLINE=False, C_ALIGN=16)),
     "pth-inline-flashinfer": ("per-token-head", dict(VLLM=False, INLINE=True, C_ALIGN=4)),
     "pth-separate-flashinfer": ("per-token-head", dict(VLLM=False, INLINE=False, C_ALIGN=16)),

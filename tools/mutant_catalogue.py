@@ -338,15 +338,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "tl.store(_tile(at, j.to(tl.int64), c_sd, 1), b, mask=writes[:, :, None] & (j < 4)[None, None, :])", "pass"),
        ("kernel/per_token_head_kernel.py", "tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)",
         "pass"),
+       ("kernel/per_token_head_kernel.py", "@keep st.global.b32 [at], $22;", ""),  # compiled, `_store_words`
        hint="any written token, either layout"),
     _m("pth-inline-scale-in-data", "inline layout: the scale's 4 bytes land on the head's last 4 data bytes",
        ("kernel/per_token_head_kernel.py", "at = rows + D * c_sd.to(tl.int64)",
         "at = rows + (D - 4) * c_sd.to(tl.int64)"),
+       ("kernel/per_token_head_kernel.py", "@keep st.global.b32 [at], $22;",
+        "sub.u64 at, at, 4;\n        @keep st.global.b32 [at], $22;"),  # compiled, `_store_words`
        hint="inline layout, any written token"),
     _m("pth-scale-cache-head-stride-ignored", "separate layout: the scale cache's head stride taken as 1",
        ("kernel/per_token_head_kernel.py", "tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)",
         "tl.store(s_ptr + s_slot[:, None] + h64[None, :], s, mask=writes)"),
        hint="separate layout, H >= 2, a scale cache that is head-major, padded or every other element"),
+    _m("pth-words-halves-swapped", "compiled inline store (`_store_words`): in the first of its two stores each lane "
+       "writes the other word of the 8 bytes it takes from its run, so the words trade places in pairs",
+       ("kernel/per_token_head_kernel.py", "selp.b32 wa, a1, a0, odd;", "selp.b32 wa, a0, a1, odd;"),
+       tier="gpu", hint="inline layout on CUDA, bf16/fp16 inputs, any written token: the software encoder at D of "
+       "64, 128 or 256, the hardware one at D = 256"),
     _m("pth-zero-head-no-floor", "no floor on the scale: s = amax / 448, so an all-zero head is 0 * (1/0) or 0/0 = NaN",
        ("kernel/per_token_head_kernel.py", "s = tl.where(s < _f32(FLOOR_V), _f32(FLOOR_V), s)", "s = s + 0.0"),
        ("kernel/per_token_head_kernel.py", "tl.where(amax < _f32(FLOOR_F), _f32(FLOOR_F), amax)", "amax"),
