@@ -114,3 +114,28 @@ def test_make_identify_names_the_examples_recipe(capsys):
     from tools.identify import main
     assert main(["examples/vllm_per_token_head.py:reshape_and_cache", "--expect", "per-token-head-vllm"]) == 0
     assert "per-token-head-vllm: identified" in capsys.readouterr().out
+
+
+def test_wrong_scales_beside_misplaced_ones_of_their_layout_are_one_defect():
+    """An inline scale stored through an fp32 pointer lands 4 * D bytes on: outside the view for one head, on
+    bytes written after it for several (held-out batch 59). The report saw three keys, misplaced scales under
+    `dim-multiple:4` and wrong scales with and without it; they are one defect. Wrong scales in the other
+    layout, where nothing landed outside, stay a defect of their own."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_misplaced_scales
+
+    line = "  k_cache[{}] expected 0x6E actual 0xA7 at slot=0 head=0 {}"
+    inline = line.format(320, "inline scale byte 0: token=0")
+    outside = "  k_cache[512] expected 0x89 actual 0x6E outside the view (a gap or guard band)"
+    separate = "  k_scale_cache[3] expected 0x6E actual 0xA7 at slot=3 head=0 (its stored scale): token=1"
+
+    def group(key: str, excerpt: str) -> list:
+        return [("t", Finding("per-token-head", key, "?", excerpt=excerpt))]
+    host = "per-token-head:scales-misplaced@dim-multiple:4"
+    groups = {host: group(host, inline + "\n" + outside), "per-token-head:scales": group("", inline),
+              "per-token-head:scales@dim-multiple:4": group("", inline)}
+    _merge_misplaced_scales(groups)
+    assert sorted(groups) == [host], sorted(groups)
+    groups = {host: group(host, inline + "\n" + outside), "per-token-head:scales": group("", separate)}
+    _merge_misplaced_scales(groups)
+    assert sorted(groups) == ["per-token-head:scales", host], sorted(groups)

@@ -334,3 +334,23 @@ def test_a_per_token_head_raise_is_keyed_by_the_sizes_that_trigger_it():
     one_head = dataclasses.replace(_CASE, case=_CASE.case.replace(num_heads=1))
     rules = pth_raise_rules(one_head, impl, CPU, "RuntimeError: shape mismatch")
     assert [r.name for r in rules] == ["heads-below:2", "tokens-above:1"], rules
+
+
+def test_a_named_scale_rule_gets_no_rule_on_d_from_the_values_a_size_happens_to_draw(monkeypatch):
+    """A guard that floors only zero heads, on one head whose one value at D = 1 is small: at larger D the
+    seeded values are not, and the plain replay passes, which read as "only when D is below 2" beside the
+    same rule keyed without it (held-out batch 59). Replayed with special heads too, every size shows the
+    rule, so none is named; a real rule on D (masked lanes in the amax) is still found that way."""
+    from conformance.diagnosis.pth_causes import pth_size_rule
+    impl = Implementation("pth", example.reshape_and_cache, convention=get_convention("vllm-per-token-head"))
+    monkeypatch.setattr(example, "_quantize", _quantize_with(_zero_guard))
+    one = dataclasses.replace(_CASE, case=_CASE.case.replace(num_tokens=1, num_heads=1, head_dim=1, cache_loc=(5,),
+                                                             seed=3))
+    assert pth_cause(one, impl, CPU).key == "per-token-head:floor-on-zero"
+    plain = pth_size_rule(one, impl, CPU)
+    assert plain is not None and plain.name == "dim-below:2", plain  # what the plain replay reads
+    assert pth_size_rule(one, impl, CPU, special=True) is None
+    monkeypatch.setattr(example, "_quantize", _quantize_with(_padded_amax))
+    odd = dataclasses.replace(_CASE, case=_CASE.case.replace(head_dim=12))
+    rule = pth_size_rule(odd, impl, CPU, special=True)
+    assert rule is not None and rule.name == "dim-not-pow2", rule

@@ -1083,8 +1083,9 @@ def _classify(exc: BaseException, message: str, test: str, module: str, params: 
                                               "per-token-head:scales-misplaced", "per-token-head:writes-outside"):
             # the scale rule it follows where it is not the recipe's, and its rule on D
             from conformance.diagnosis.pth_causes import pth_cause, pth_size_rule, pth_unwritten
-            found = pth_cause(pc, impl, device) or pth_unwritten(pc, impl, device) or found
-            rule = pth_size_rule(pc, impl, device)
+            cause = pth_cause(pc, impl, device)
+            found = cause or pth_unwritten(pc, impl, device) or found
+            rule = pth_size_rule(pc, impl, device, special=cause is not None)
             if rule is not None:
                 found.key, found.title = f"{found.key}@{rule.name}", f"{found.title}, {rule.words}"
         if base is not None:

@@ -390,19 +390,24 @@ def pth_unwritten(pc: PTHCase, impl, device: torch.device) -> Finding | None:
                    f"slots that tokens name unwritten (their old bytes: slots {sorted(kept)})", replayable=False)
 
 
-def pth_size_rule(pc: PTHCase, impl, device: torch.device) -> SizeRule | None:
+def pth_size_rule(pc: PTHCase, impl, device: torch.device, special: bool = False) -> SizeRule | None:
     """The rule on D a per-token-head failure follows (masked lanes filled with a value that wins the amax,
     where D is padded to a power of two): the PTHCase replayed at each probed D, with its own seed and the
     next (a size passes only where both calls are the held recipe's bytes); None where every size fails alike,
-    no rule gives the outcomes, or the rule does not hold for the failing D."""
+    no rule gives the outcomes, or the rule does not hold for the failing D.
+    special: the failure is a named scale rule, which shows only on heads whose values tell it (a head below
+    the floor, say), and new seeded values at another D may hold none: there the Case with special heads
+    (`_with_special_heads`) must pass too. Else a guard that floors only zero heads, seen on a Case whose one
+    value at D = 1 was small, read as a rule on D (held-out batch 59)."""
     held = get_pth_recipe(pc.mode)
 
     def fails(n: int) -> bool:
         for seed in (pc.case.seed, pc.case.seed + 1):
             variant = dataclasses.replace(pc, case=resized(pc.case, "dim", n).replace(seed=seed))
-            got = _written(variant, impl, device)
-            if got is None or not _same(_reference_with(variant, device, held, head_scales), got):
-                return True
+            for case in [variant, *(_with_special_heads(variant) if special and pc.case.num_tokens else [])]:
+                got = _written(case, impl, device)
+                if got is None or not _same(_reference_with(case, device, held, head_scales), got):
+                    return True
         return False
     return probed_rule(pc.case, "dim", fails)
 

@@ -1393,11 +1393,30 @@ def _merge_wrong_bound(groups: Groups) -> None:
         _move(groups, key, lambda _n, _f: (hosts[0], " (an in-range slot past the wrong bound, skipped)"))
 
 
+def _scale_layouts(findings: Iterable[tuple[str, Finding]]) -> set[str]:
+    """The layouts of the scale bytes these findings' excerpts name wrong: 'inline' (after a head's bytes),
+    'separate' (a scale cache)."""
+    lines = [line for _, f in findings for line in f.excerpt.splitlines() if " expected 0x" in line]
+    return ({"inline"} if any("inline scale byte" in line for line in lines) else set()) | \
+        ({"separate"} if any("stored scale" in line for line in lines) else set())
+
+
 def _merge_misplaced_scales(groups: Groups) -> None:
-    """Scales stored in the wrong place show as wrong scales alone where every stray byte landed on another
-    written scale of the Case: one defect with the Cases that also wrote outside (held-out batch 57)."""
-    if "per-token-head:scales-misplaced" in groups and "per-token-head:scales" in groups:
-        _move(groups, "per-token-head:scales", lambda _n, _f: ("per-token-head:scales-misplaced", ""))
+    """Scales stored in the wrong place show as wrong scales alone where every stray byte landed on bytes the
+    Case writes after them, or on another written scale: one defect with the Cases that also wrote outside
+    (held-out batch 57), under whatever trigger each has (batch 59: an inline scale stored through an fp32
+    pointer, 4 * D bytes on, only where D % 4 == 0, keyed once with and once without that size rule). Only
+    within one scale layout: wrong scales in a layout where none landed outside are another store's."""
+    hosts = sorted(k for k in groups if same_effect(k) == "per-token-head:scales-misplaced")
+    if not hosts:
+        return
+    layouts = {host: _scale_layouts(groups[host]) for host in hosts}
+
+    def host_of(nodeid: str, f: Finding) -> tuple[str, str] | None:
+        mine = _scale_layouts([(nodeid, f)])
+        return next(((host, "") for host in hosts if mine and mine <= layouts[host]), None)
+    for key in [k for k in groups if same_effect(k) == "per-token-head:scales"]:
+        _move(groups, key, host_of)
 
 
 #: K's and V's names for one argument, made one in a raise's message (`_merge_kv_raises`).
