@@ -211,7 +211,6 @@ def _store_words(ptrs, byte, mask, s, RUN: tl.constexpr, SCALE: tl.constexpr):
         @keep st.global.b32 [at], wb;
         setp.eq.and.u32 keep, p, 0, keep;
         setp.ne.and.u32 keep, $30, 0, keep;
-        mul.wide.u32 back, $14, 4;
         add.u64 at, at, back;              // + 8 RUN: the scale's place, stored by lane 0 of the run
         @keep st.global.b32 [at], $22;
         mov.b32 $0, 0;

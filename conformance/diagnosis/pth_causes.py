@@ -291,12 +291,15 @@ def _scale_first(pc: PTHCase, device: torch.device) -> dict[str, torch.Tensor]:
 def _with_special_heads(pc: PTHCase) -> list[PTHCase]:
     """The PTHCase with every head of K a special one (HEAD_KINDS in turn) and V as it was: a scale rule
     that differs from the recipe's only on zero, tiny, subnormal, inf or NaN heads shows there. Where the Case
-    has fewer heads than kinds (one token of one head, say), several such Cases, each kind in one of them."""
+    has fewer heads than kinds (one token of one head, say), several such Cases, each kind in one of them; none
+    where the Case has no token."""
     c = pc.case
     n = c.num_tokens * c.num_heads
+    if n == 0:
+        return []
     return [dataclasses.replace(pc, heads=tuple(("k", t, h, HEAD_KINDS[(shift + t * c.num_heads + h) % len(HEAD_KINDS)])
                                                 for t in range(c.num_tokens) for h in range(c.num_heads)))
-            for shift in range(0, len(HEAD_KINDS), max(n, 1))]
+            for shift in range(0, len(HEAD_KINDS), n)]
 
 
 def _written(pc: PTHCase, impl, device: torch.device) -> dict[str, torch.Tensor] | None:
@@ -311,7 +314,7 @@ def pth_cause(pc: PTHCase, impl, device: torch.device, held_only: bool = False) 
     recipe's rounding, say); the rule must differ from its recipe on one of them. Under the held recipe first,
     then under the other (a kernel of vLLM's arithmetic with FlashInfer's floor is closer to FlashInfer's
     recipe, so it is held to that). held_only: the held recipe's rules alone."""
-    cases = [pc, *_with_special_heads(pc)] if pc.case.num_tokens else [pc]
+    cases = [pc, *_with_special_heads(pc)]
     got = [_written(c, impl, device) for c in cases]
     if got[0] is None:
         return None
@@ -404,7 +407,7 @@ def pth_size_rule(pc: PTHCase, impl, device: torch.device, special: bool = False
     def fails(n: int) -> bool:
         for seed in (pc.case.seed, pc.case.seed + 1):
             variant = dataclasses.replace(pc, case=resized(pc.case, "dim", n).replace(seed=seed))
-            for case in [variant, *(_with_special_heads(variant) if special and pc.case.num_tokens else [])]:
+            for case in [variant, *(_with_special_heads(variant) if special else [])]:
                 got = _written(case, impl, device)
                 if got is None or not _same(_reference_with(case, device, held, head_scales), got):
                     return True
