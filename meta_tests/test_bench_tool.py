@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 
+import pytest
+
 from kernel import RECIPES
 from tools import bench
 
@@ -103,3 +105,13 @@ def test_variant_key_is_the_compiled_specialization():
     assert variant_key(by_float, False) != variant_key(dataclasses.replace(by_float, loc_dtype="int32"), False)
     constexprs = dict(variant_key(by_float, False)[0])
     assert (constexprs["BLOCK_T"], constexprs["BLOCK_D"]) == tile_for(2 * 64, 2048)[::2]
+
+
+@pytest.mark.parametrize("locs", bench.LOCS)
+def test_every_slot_order_gives_t_distinct_slots_of_the_cache(locs):
+    import torch
+    pages, t = 5, 70  # the last page partly used
+    slots = bench.slot_order(locs, t, pages, torch.Generator().manual_seed(3))
+    assert len(set(slots.tolist())) == t and 0 <= int(slots.min()) and int(slots.max()) < pages * bench.PAGE_SIZE
+    if locs != "random":  # in slot order within each page
+        assert bool((slots.view(-1, 2)[:, 1] - slots.view(-1, 2)[:, 0] == 1).all())

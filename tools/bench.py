@@ -24,9 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools import _cli, host_overhead
 from tools._cli import comma_list, out_dir, parser
+
+if TYPE_CHECKING:
+    import torch
 
 TOKENS = (1, 8, 64, 512, 4096, 16384, 32768)
 HEAD_SHAPES = ((8, 128), (32, 128), (8, 64), (4, 256), (8, 80))
@@ -173,8 +177,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-dtype", choices=("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz"), default="fp8_e4m3",
                    help="the caches' format: float8_e4m3fn, float8_e5m2 or float8_e4m3fnuz caches (docs/e5m2.md; "
                    "fnuz always takes the software encoder)")
-    p.add_argument("--locs", choices=("random", "contiguous"), default="random",
-                   help="cache_loc: a random permutation of the cache's slots, or 0..T-1")
+    p.add_argument("--locs", choices=LOCS, default="random",
+                   help="cache_loc: a random permutation of the cache's slots; 0..T-1; or pages: the pages in a "
+                   "random order, each filled in slot order (a prefill's sequences in vLLM's and SGLang's pages)")
     p.add_argument("--no-reference", action="store_true", help="skip the reference and the compiled reference")
     p.add_argument("--rep-ms", type=float, default=None, help="do_bench rep time per measurement (ms)")
     p.add_argument("--no-plot", action="store_true")
@@ -249,10 +254,25 @@ def zeros_fp8(shape: tuple[int, ...], cache_dtype: str = "fp8_e4m3"):
     return torch.zeros(shape, device="cuda", dtype=torch.uint8).view(dtype)
 
 
+LOCS = ("random", "contiguous", "pages")
+
+
+def slot_order(locs: str, t: int, pages: int, g: torch.Generator) -> torch.Tensor:
+    """cache_loc for T tokens in a cache of `pages` pages (one of LOCS), on the generator's device."""
+    import torch
+    dev = g.device
+    if locs == "random":
+        return torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t]
+    if locs == "pages":
+        first = torch.randperm(pages, device=dev, generator=g) * PAGE_SIZE
+        return (first[:, None] + torch.arange(PAGE_SIZE, device=dev)).flatten()[:t]
+    return torch.arange(t, device=dev)
+
+
 def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float", scale: float = 0.7,
                 locs: str = "random", cache_dtype: str = "fp8_e4m3", pth: str | None = "inline") -> list[dict]:
     """`sets` independent call arguments on CUDA (bf16 k, v from a seeded generator; zeroed fp8 paged
-    caches; slots a random permutation of the cache's, or 0..T-1), keyed like the call's arguments.
+    caches; slots as `slot_order` draws them), keyed like the call's arguments.
     Per-token-head scales go inline (caches widened by 4 bytes a head) or, pth="separate", to
     [pages, page_size, H] float32 scale caches."""
     import torch
@@ -264,8 +284,7 @@ def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float",
     separate = dynamic and pth == "separate"
     out = []
     for _ in range(sets):
-        slots = (torch.randperm(pages * PAGE_SIZE, device=dev, generator=g)[:t] if locs == "random"
-                 else torch.arange(t, device=dev))
+        slots = slot_order(locs, t, pages, g)
         s = {"none": None, "per-token-head": None, "float": scale, "tensor1": torch.full((1,), scale, device=dev),
              "tensor0d": torch.full((), scale, device=dev),
              # one scale a head, each its own: scale * (1 + h/H)

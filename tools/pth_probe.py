@@ -25,7 +25,12 @@ spills. The kernel itself is the `kernel` row. Variants:
   (loads in flight that hold no registers), `lean-f32s` otherwise;
 - `abl-*`, ablations of `lean-f32s`, timed but never bit-checked (their bytes are wrong by design), to place
   the time: `abl-nodiv` (approximate scale and reciprocal, no IEEE division), `abl-noamax` (every scale 1),
-  `abl-noscale` (the scales not stored).
+  `abl-noscale` (the scales not stored);
+- `ceil-scatter`, `ceil-contiguous` (inline only, timed, not bit-checked): the same bytes read and written
+  with no arithmetic, 16-byte stores to each token's slot row, at the random slots or at slots 0..T-1: the
+  ceiling that the slot rows' alignment to 32-byte sectors leaves (an 8x128 row is 1056 bytes, 33 sectors;
+  a 4x256 row 1040, 32.5); `ceil-flat`, `ceil-flat-contiguous`: the same with a program's tokens read and
+  written as flat runs of 16-byte vectors, no lane padded (rows of D + 4 bytes a multiple of 16 only).
 Under TRITON_INTERPRET=1 (no CUDA) only the bit-checks run, on the software encoder.
 Results: docs/results/ (the README there indexes them).
 """
@@ -69,6 +74,11 @@ VARIANTS: dict[str, dict] = {
     "abl-nodiv": {"lean": True, "f32s": True, "abl": 1},
     "abl-noamax": {"lean": True, "f32s": True, "abl": 2},
     "abl-noscale": {"lean": True, "f32s": True, "abl": 3},
+    # Ceilings (inline only): no quantization, the same bytes read and written, 16-byte stores.
+    "ceil-scatter": {"ceil": "random"},
+    "ceil-contiguous": {"ceil": "contiguous"},
+    "ceil-flat": {"ceil": "random", "flat": True},
+    "ceil-flat-contiguous": {"ceil": "contiguous", "flat": True},
 }
 OUTPUTS = ("k_cache", "v_cache", "k_scale_cache", "v_scale_cache")
 
@@ -306,15 +316,79 @@ def pth_pipe(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, ks_ptr, vs_ptr, T, page_size
                   EXACT_FMA, FV, FF, NB, INLINE, D, CA, F32S)
 
 
+@triton.jit
+def pth_ceiling(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, T, page_size, num_slots, sp, so,
+                HD: tl.constexpr, ROW: tl.constexpr, NX: tl.constexpr, NR: tl.constexpr, BT: tl.constexpr):
+    """The inline layout's ceiling: each token's K and V rows (HD bf16 each) read, and ROW = H * (D + 4) bytes
+    written to its slot row as 16-byte stores (a slot row's start is 16-byte aligned for the shapes timed),
+    each byte a function of the row's sum so that the loads are not dropped. No amax, no scale, no encoding:
+    what is left is the traffic and the slot rows' alignment to the 32-byte sectors."""
+    t = tl.program_id(0) * BT + tl.arange(0, BT)
+    j = tl.arange(0, NX)
+    xoff = t.to(tl.int64)[:, None] * HD + j[None, :]
+    inside = (t < T)[:, None] & (j < HD)[None, :]
+    in_range, page, offset = token_slots(loc_ptr, t, 1, T, num_slots, page_size)
+    crow = tl.multiple_of(page * sp + offset * so, 16)
+    r = tl.arange(0, NR)
+    keep = in_range[:, None] & (r < ROW)[None, :]
+    xps = [k_ptr, v_ptr]
+    cps = [kc_ptr, vc_ptr]
+    for i in tl.static_range(2):
+        x = tl.load(xps[i] + xoff, mask=inside, other=0.0)
+        s = tl.sum(x.to(tl.float32), axis=1).to(tl.int32, bitcast=True)
+        tl.store(cps[i] + crow[:, None] + r[None, :], ((r[None, :] + s[:, None]) & 0xFF).to(tl.uint8), mask=keep)
+
+
+@triton.jit
+def pth_ceiling_flat(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, T, page_size, num_slots, sp, so,
+                     HD: tl.constexpr, CHUNKS: tl.constexpr, BT: tl.constexpr, NI: tl.constexpr,
+                     NO: tl.constexpr):
+    """`pth_ceiling` without its padding: a program's BT tokens are read as one flat run of 16-byte vectors
+    (NI of them) and written as one flat run of 16-byte chunks (NO), CHUNKS to a slot row, so nearly every
+    lane moves bytes whatever the row's width."""
+    t0 = tl.program_id(0) * BT
+    i = tl.arange(0, NI)
+    e = tl.arange(0, 8)
+    flat = i[:, None] * 8 + e[None, :]
+    xoff = t0.to(tl.int64) * HD + flat
+    xin = (flat < BT * HD) & (t0.to(tl.int64) * HD + flat < T.to(tl.int64) * HD)
+    c = tl.arange(0, NO)
+    in_range, page, offset = token_slots(loc_ptr, t0 + c // CHUNKS, 1, T, num_slots, page_size)
+    at = tl.multiple_of(page * sp + offset * so + (c % CHUNKS) * 16, 16)
+    b = tl.arange(0, 16)
+    keep = ((c < BT * CHUNKS) & in_range)[:, None]
+    xps = [k_ptr, v_ptr]
+    cps = [kc_ptr, vc_ptr]
+    for j in tl.static_range(2):
+        x = tl.load(xps[j] + xoff, mask=xin, other=0.0)
+        s = tl.sum(tl.sum(x.to(tl.float32), axis=1), axis=0).to(tl.int32, bitcast=True)
+        byte = ((c[:, None] * 16 + b[None, :] + s) & 0xFF).to(tl.uint8)
+        tl.store(cps[j] + at[:, None] + b[None, :], byte, mask=keep)
+
+
 def _pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
 def launch_variant(a: dict, *, chunk: bool = False, lean: bool = False, kv: int = 0, persist: int = 0,
                    f32s: bool = False, stream: bool = False, abl: int = 0, pipe: tuple[int, int] | None = None,
-                   elements: int = 2048, warps: int = 4, software: bool = False) -> object:
+                   ceil: str = "", flat: bool = False, elements: int = 2048, warps: int = 4,
+                   software: bool = False) -> object:
     """One launch of a variant on `make_arguments`' tensors; returns Triton's compiled kernel."""
     t, h, d = a["k"].shape
+    if ceil:
+        kc, vc = a["k_cache"].view(torch.uint8), a["v_cache"].view(torch.uint8)
+        loc = a["cache_loc"] if ceil == "random" else a.setdefault("in_order", torch.arange(t, device=kc.device))
+        if flat:
+            chunks = kc.stride(1) // 16
+            bt = max(1, elements // 8 // chunks)
+            return pth_ceiling_flat[(triton.cdiv(t, bt),)](
+                a["k"], a["v"], kc, vc, loc, t, PAGE, kc.shape[0] * PAGE, kc.stride(0), kc.stride(1), HD=h * d,
+                CHUNKS=chunks, BT=bt, NI=_pow2(bt * h * d // 8), NO=_pow2(bt * chunks), num_warps=warps)
+        bt = max(1, elements // _pow2(h * d))
+        return pth_ceiling[(triton.cdiv(t, bt),)](a["k"], a["v"], kc, vc, loc, t, PAGE, kc.shape[0] * PAGE,
+                                                  kc.stride(0), kc.stride(1), HD=h * d, ROW=kc.stride(1),
+                                                  NX=_pow2(h * d), NR=_pow2(kc.stride(1)), BT=bt, num_warps=warps)
     inline = "k_scale_cache" not in a
     bd, bh = _pow2(d), _pow2(h)
     bt = max(2, elements // (bd * bh))
@@ -365,6 +439,10 @@ def launch_kernel(a: dict, software: bool = False) -> None:
     launch_per_token_head(plan, "software" if software else "hardware")
 
 
+def _inline_only(name: str) -> bool:
+    return bool(VARIANTS[name].get("chunk") or VARIANTS[name].get("ceil"))
+
+
 def _outputs(a: dict) -> list[torch.Tensor]:
     return [a[n].view(torch.uint8).clone() for n in OUTPUTS if n in a]
 
@@ -379,7 +457,7 @@ def mismatches(device: torch.device, shapes: list[tuple[int, int, int]], softwar
             launch_kernel(a, software)
             want = _outputs(a)
             for name in variants:
-                if VARIANTS[name].get("chunk") and not inline or VARIANTS[name].get("abl"):
+                if _inline_only(name) and not inline or VARIANTS[name].get("abl") or VARIANTS[name].get("ceil"):
                     continue
                 for n in OUTPUTS:
                     if n in a:
@@ -409,7 +487,7 @@ def _time(args, variants: list[str]) -> None:
             us = graph_replay_us(lambda i, sets=sets: launch_kernel(sets[i]), n, args.rep_ms)
             print(f"{h}x{d} {layout:<8} {'kernel':<26}{us:8.2f} us {100 * copy / us:6.1f} % (copy {copy:.2f} us)")
             for name in variants:
-                if VARIANTS[name].get("chunk") and not inline:
+                if _inline_only(name) and not inline:
                     continue
                 for e in args.tiles:
                     for w in args.warps:

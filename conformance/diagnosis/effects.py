@@ -126,7 +126,8 @@ TITLES = {
     "scale:dynamic": "computes its own scale from the data (the tensor's absolute maximum over the format's "
                      "largest value) instead of the one given",
     "strides:inputs-ignored": "reads its inputs ignoring their strides (as if contiguous)",
-    "strides:inputs-heads-ignored": "reads each token's heads and dims ignoring their strides",
+    "strides:inputs-heads-ignored": "reads each token's row as if packed: its head or dim strides (or both) "
+                                    "ignored, its token stride kept",
     "strides:cache-loc-ignored": "reads cache_loc ignoring its stride (as if contiguous)",
     "strides:input-2d-as-dh": "reads a 2-D input [T, H*D] as [T, D, H] (its two dimensions swapped)",
     "strides:other-cache": "writes one cache with the other cache's strides",
