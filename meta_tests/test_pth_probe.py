@@ -41,3 +41,9 @@ def test_the_ceiling_writes_each_tokens_slot_row_and_no_other(ceil, flat):
         # Each written row whole: its bytes run through 0..255 from a per-program offset, so at most one
         # byte in 256 (and one more) is a zero.
         assert bool(((rows[want] == 0).sum(1) <= rows.shape[1] // 256 + 1).all()), name
+
+
+def test_a_ceiling_refuses_rows_it_cannot_store_16_bytes_at_a_time():
+    a = pth_probe.make_arguments(5, 2, 64, True, torch.device("cpu"))  # rows of 136 bytes
+    with pytest.raises(ValueError, match="136 bytes"):
+        pth_probe.launch_variant(a, ceil="random")

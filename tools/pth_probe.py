@@ -30,7 +30,8 @@ spills. The kernel itself is the `kernel` row. Variants:
   with no arithmetic, 16-byte stores to each token's slot row, at the random slots or at slots 0..T-1: the
   ceiling that the slot rows' alignment to 32-byte sectors leaves (an 8x128 row is 1056 bytes, 33 sectors;
   a 4x256 row 1040, 32.5); `ceil-flat`, `ceil-flat-contiguous`: the same with a program's tokens read and
-  written as flat runs of 16-byte vectors, no lane padded (rows of D + 4 bytes a multiple of 16 only).
+  written as flat runs of 16-byte vectors, no lane padded (both for slot rows of H * (D + 4) bytes, a
+  multiple of 16).
 Under TRITON_INTERPRET=1 (no CUDA) only the bit-checks run, on the software encoder.
 Results: docs/results/ (the README there indexes them).
 """
@@ -378,6 +379,9 @@ def launch_variant(a: dict, *, chunk: bool = False, lean: bool = False, kv: int 
     t, h, d = a["k"].shape
     if ceil:
         kc, vc = a["k_cache"].view(torch.uint8), a["v_cache"].view(torch.uint8)
+        if kc.stride(1) % 16:  # both ceilings store 16 bytes at once from each slot row's start
+            raise ValueError(f"ceil: an inline slot row of H * (D + 4) = {kc.stride(1)} bytes, expected a multiple "
+                             "of 16")
         loc = a["cache_loc"] if ceil == "random" else a.setdefault("in_order", torch.arange(t, device=kc.device))
         if flat:
             chunks = kc.stride(1) // 16
