@@ -233,7 +233,9 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
         _store_words(_tile(rows, d64, c_sd, VEC), byte, mask, s[:, :, None], WORDS, SCALE_IN_WORDS)
     else:
         tl.store(_tile(rows, d64, c_sd, VEC), byte, mask=mask)
-    if INLINE and not SCALE_IN_WORDS:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
+    if not INLINE:  # the scale caches' float32 words
+        tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
+    elif not SCALE_IN_WORDS:  # the scale's 4 bytes, little-endian, at positions D..D+3 of the head's slot
         at = rows + D * c_sd.to(tl.int64)  # position D of each head's slot
         if C_ALIGN >= 4:  # unit dim stride and D a multiple of C_ALIGN: 4-byte aligned, one fp32 store
             tl.store(tl.multiple_of(at, (4, 4)).to(tl.pointer_type(tl.float32)), s, mask=writes)
@@ -242,8 +244,6 @@ def _store_heads(byte, s, c_ptr, c_slot, c_sh, c_sd, s_ptr, s_slot, s_sh, h64, d
             bits = s.to(tl.uint32, bitcast=True)
             b = ((bits[:, :, None] >> (j * 8).to(tl.uint32)[None, None, :]) & 0xFF).to(tl.uint8)
             tl.store(_tile(at, j.to(tl.int64), c_sd, 1), b, mask=writes[:, :, None] & (j < 4)[None, None, :])
-    elif not INLINE:
-        tl.store(s_ptr + s_slot[:, None] + h64[None, :] * s_sh, s, mask=writes)
 
 
 @triton.jit

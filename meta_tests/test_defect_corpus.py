@@ -62,7 +62,7 @@ EFFECTS = re.compile(
     r"|strides:(inputs-ignored|inputs-heads-ignored|cache-loc-ignored|other-cache|other-input|cache-ignored"
     r"|cache-page-stride|cache-inner-stride)|kv-mixed:(caches-swapped|inputs-swapped|k-for-v|v-for-k)"
     r"|padding:(wraps-to-end|slot-0)|out-of-range:written|storage:value-cast|raises:\w+|crash|graph:sync"
-    r"|overrun:(tile|rows)|subnormal-grid:-?\d+|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained|tokens-moved)")
+    r"|overrun:(tile|rows)|subnormal-grid:-?\d+|subnormal-shift|subnormal-path|exponent-bias:\d+|input-modified|big-cache:wrong-offsets|wrong-bytes:unexplained|wrong-slot:(unwritten|unexplained|tokens-moved)")
 TRIGGER_WORDS = {"plain", "strided-input", "input-layouts-differ", "strided-loc", "strided-cache",
                  "cache-layouts-differ", "cache-uint8", "cache-3d", "input-2d", "input-float16", "input-float32",
                  "loc-int32", "heads-not-pow2", "dim-not-pow2", "dim-not-multiple:8", "dim-not-multiple:32",

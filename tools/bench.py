@@ -177,9 +177,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-dtype", choices=("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz"), default="fp8_e4m3",
                    help="the caches' format: float8_e4m3fn, float8_e5m2 or float8_e4m3fnuz caches (docs/e5m2.md; "
                    "fnuz always takes the software encoder)")
-    p.add_argument("--locs", choices=LOCS, default="random",
-                   help="cache_loc: a random permutation of the cache's slots; 0..T-1; or pages: the pages in a "
-                   "random order, each filled in slot order (a prefill's sequences in vLLM's and SGLang's pages)")
+    p.add_argument("--locs", choices=LOCS, default="pages",
+                   help="cache_loc: pages (default): the pages in a random order, each filled in slot order, as a "
+                   "prefill's sequences fill vLLM's and SGLang's pages; random: a random permutation of the "
+                   "cache's slots (the worst case for sectors shared between slots); contiguous: 0..T-1")
     p.add_argument("--no-reference", action="store_true", help="skip the reference and the compiled reference")
     p.add_argument("--rep-ms", type=float, default=None, help="do_bench rep time per measurement (ms)")
     p.add_argument("--no-plot", action="store_true")

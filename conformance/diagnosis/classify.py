@@ -59,7 +59,8 @@ CELLS = {
     "input-misread": "wrong bytes", "rounds-ties-toward-zero": "wrong bytes", "sign": "wrong bytes",
     "rounds-ties-to-odd": "wrong bytes",
     "input-clamped": "wrong bytes", "rounds-sticky-lost": "wrong bytes", "overrun": "writes outside",
-    "subnormal-grid": "wrong bytes", "double-rounding": "wrong bytes",
+    "subnormal-grid": "wrong bytes", "double-rounding": "wrong bytes", "subnormal-shift": "wrong bytes",
+    "subnormal-path": "wrong bytes", "exponent-bias": "wrong bytes",
 }
 CLASS_TITLES = {
     "rounding": "rounding", "encoding": "overflow or NaN encoding", "zero-sign": "sign of zero",
@@ -78,6 +79,8 @@ CLASS_TITLES = {
     "input-misread": "input dtype misread", "input-clamped": "input clamped before the scale",
     "rounds-sticky-lost": "rounding without sticky bits", "overrun": "writes past a head's row",
     "subnormal-grid": "subnormals on another format's grid",
+    "subnormal-shift": "subnormals at twice or half their value",
+    "subnormal-path": "subnormal encoding", "exponent-bias": "exponent bias",
     "double-rounding": "double rounding through a 16-bit float",
 }
 NAN_BYTES = (0x7F, 0xFF)

@@ -878,7 +878,8 @@ VALUE_CLASSES = ("rounding", "scale", "flush-to-zero", "rounds-toward-zero", "ro
                  "rounds-ties-toward-zero", "rounds-ties-to-odd", "approximate-division",
                  "off-by-one-ulp", "saturates-low", "input-rounded", "storage", "format", "encoding", "zero-sign",
                  "carry-lost", "input-misread", "sign", "input-clamped", "rounds-sticky-lost", "subnormal-grid",
-                 "double-rounding")
+                 "double-rounding", "subnormal-shift", "subnormal-path",
+                 "exponent-bias")
 
 
 # -- keys: effect@trigger ---------------------------------------------------------------------------

@@ -96,6 +96,12 @@ TITLES = {
     "scale:held-float16": "holds the scale in float16 (rounds it before using it)",
     "scale:held-bfloat16": "holds the scale in bfloat16 (rounds it before using it)",
     "scale:power-of-two": "rounds its scale up to a power of two before using it (a UE8M0 scale's ceil)",
+    "subnormal-path": "writes wrong bytes for some values below the format's smallest normal (its subnormal "
+                      "range), every normal value right, by no rule the suite models: a wrong step of the "
+                      "encoder's subnormal path (its denormalizing shift, implicit bit or flush bound)",
+    "subnormal-shift": "writes each value below the format's smallest normal (its subnormal range) at twice or "
+                       "half its value, normal values right (a software encoder's denormalizing shift one bit short "
+                       "or long: the subnormal exponent taken as -bias, not 1 - bias)",
     "scale:exponent-off-by-one": "uses twice or half its scale, at least where it is a power of two (an exponent "
                                  "off by one: frexp's mantissa lies in [0.5, 1), not [1, 2))",
     "encoding:inf-kept": "writes an infinite quotient as the format's ±inf where the recipe saturates (finite "
@@ -229,6 +235,11 @@ def title_of(key: str, held: str = "") -> str:
     if effect.startswith("encoding:nan-byte:"):
         return (f"writes NaN as {effect.rsplit(':', 1)[1]}, another NaN encoding of the cache's format than the "
                 "recipe's (a NaN constant taken from another type: fp16's canonical NaN's high byte is 0x7E)")
+    if effect.startswith("exponent-bias:"):
+        bias = effect.split(":", 1)[1]
+        return (f"rebiases the exponent by {bias}, another format's bias, not the cache format's own: each byte is "
+                f"the format's byte of the value times a power of two (a software encoder's bias constant taken "
+                "from another format's path)")
     if effect.startswith("subnormal-grid:"):
         emin = effect.split(":", 1)[1]
         return (f"rounds values below 2**{emin} onto the subnormal grid of a format whose smallest normal is "
@@ -1244,6 +1255,25 @@ def _subnormal_grid(rows: _Rows, held: str, emin: int) -> torch.Tensor:
     return encode_fp8(torch.where(y.abs() < 2.0**emin, coarse, y), get_recipe(held), fmt).cpu()
 
 
+def _rebiased(rows: _Rows, held: str, shift: int) -> torch.Tensor:
+    """The held recipe's bytes of each value times 2**shift: a software encoder that rebiases the exponent with
+    another format's bias (e4m3's 7 in an e5m2 write, shift -8), its mantissa, subnormal and saturation steps
+    the cache format's own."""
+    fmt = CACHE_FORMATS[rows.case.cache_format]
+    return encode_fp8(_pre_cast(rows, held) * 2.0**shift, get_recipe(held), fmt).cpu()
+
+
+def _subnormal_shifted(rows: _Rows, held: str) -> list[torch.Tensor]:
+    """The held recipe's bytes with each value below the format's smallest normal encoded at twice or half its
+    value, every other value right: a software encoder whose denormalizing shift is one bit short or long (the
+    subnormal exponent taken as -bias for 1 - bias). Doubled, the top subnormal binade lands on the smallest
+    normal's bytes, as such an encoder's carry into the exponent field puts it."""
+    fmt = CACHE_FORMATS[rows.case.cache_format]
+    y = _pre_cast(rows, held)
+    small = y.abs() < 2.0**fmt.min_normal_exp
+    return [encode_fp8(torch.where(small, y * factor, y), get_recipe(held), fmt).cpu() for factor in (2.0, 0.5)]
+
+
 def _through(rows: _Rows, held: str, dtype: torch.dtype, instead: bool = False) -> torch.Tensor:
     """The held recipe's fp32 value rounded (RNE) to a 16-bit float before the cast: two roundings, where a
     value within half a 16-bit ulp of a midpoint of the cache's grid lands on it and goes to even (an encoder
@@ -1676,6 +1706,12 @@ def _value_models(w: _Written, held: str, case: Case) -> Iterator[tuple[str, Cal
     for fmt in CACHE_FORMATS:  # bytes of another format (a uint8 cache taken to hold e5m2, say)
         if fmt not in (case.cache_format, "fp8_e4m3"):
             yield f"format:{fmt.removeprefix('fp8_')}-bytes", lambda fmt=fmt: _other_format(rows, held, fmt)
+    # before a scale off by a binade: a subnormal doubled is also that value under half the scale
+    yield "subnormal-shift", lambda: _subnormal_shifted(rows, held)
+    own_bias = 1 - CACHE_FORMATS[case.cache_format].min_normal_exp
+    for bias in sorted({1 - f.min_normal_exp for f in CACHE_FORMATS.values()}):
+        if abs(bias - own_bias) > 1:  # one binade apart is a scale off by one (e4m3fnuz's 8 beside e4m3's 7)
+            yield f"exponent-bias:{bias}", lambda bias=bias: _rebiased(rows, held, bias - own_bias)
     if 0 < own < float("inf"):  # after the formats: e4m3fnuz's bytes are e4m3's at half the value
         # a kernel that takes the exponent apart for powers of two only is right at other scales: there its
         # own scale is one of the alternatives (the call is right at the telling scales the effect is held to)
@@ -1788,6 +1824,15 @@ def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3"
     return bool((~differ | (same_sign & finite & step)).all())
 
 
+def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:
+    """Whether every differing byte is of a nonzero value below the format's smallest normal (the recipe's fp32
+    value before the cast), every normal value right: a byte that the encoder's subnormal path alone writes
+    wrong (its shift, its implicit bit, its flush bound), whatever the rule."""
+    y = _pre_cast(w.rows, held)[w.tokens]
+    small = (y.abs() < 2.0**CACHE_FORMATS[w.rows.case.cache_format].min_normal_exp) & (y != 0)
+    return bool(small[e != w.actual].all())
+
+
 def _sign_only(e: torch.Tensor, a: torch.Tensor) -> str | None:
     """sign:dropped (or sign:added) when every differing byte differs from the recipe's in its sign bit alone,
     all one way: a sign lost (or set) by an encoder branch, for the kinds of value the detail names."""
@@ -1851,17 +1896,20 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
             found.insert(0, found.pop(found.index("kv-mixed:nan-mask")))
         if infinities == "possible":  # no finite value past 464 here to tell the two apart
             found.insert(1, "encoding:inf-nan")
+        if _subnormal_range_only(w, e, held):  # the widest class of a wrong subnormal, after every rule in it
+            found.append("subnormal-path")  # and before a byte one ulp off: a subnormal's ulp is the widest
         if _off_by_one(e, w.actual, case.cache_format) and "off-by-one-ulp" not in found:
             # The widest class of a byte one ulp off, last: an alternative of every narrower one (within two fp32
             # ulps before the cast is within one e4m3 ulp after it), so that a kernel off by up to one ulp is one
             # defect whichever Case showed it, and what remains when re-drawn values refute the narrower one.
             found.append("off-by-one-ulp")
-        heads = None if found else _on_some_heads(w, e, held, case)
+        rules = [k for k in found if k != "subnormal-path"]  # a head's or a sign's rule is narrower than it
+        heads = None if rules else _on_some_heads(w, e, held, case)
         if heads is not None:
-            found = [heads[0]]
-        sign = None if found else _sign_only(e, w.actual)
+            found = [heads[0], *found]
+        sign = None if rules or heads else _sign_only(e, w.actual)
         if sign is not None:
-            found = [sign]
+            found = [sign, *found]
         if not found:
             return []
         kind = (case.k_scale if which == "k_cache" else case.v_scale).kind

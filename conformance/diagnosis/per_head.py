@@ -28,6 +28,7 @@ from conformance.diagnosis.effects import _same_caches
 from conformance.harness import SuiteError, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.test_per_head import Steps, _per_head, step_of
+from kernel.reference import CACHE_FORMATS as FP8_FORMATS
 from strategies.build import Built, build
 from strategies.case import CACHE_FORMATS, Case
 from strategies.fp import FORMATS, round_to
@@ -173,16 +174,22 @@ def _per_head_call(case: Case, values: dict[str, Values], step: Steps, impl: Imp
 #: Effects that move a byte one step (one e4m3 or e5m2 code) at most.
 ONE_STEP = ("off-by-one-ulp", "approximate-division", "rounds-toward-zero", "rounds-ties-away",
             "rounds-ties-toward-zero", "rounds-ties-to-odd", "rounds-sticky-lost")
+#: Effects on values below the smallest normal alone (their bytes up to the smallest normal's, where a quotient
+#: just under it rounds).
+SUBNORMAL_ONLY = ("subnormal-path", "subnormal-shift", "flush-to-zero")
 
 
-def _beyond_one_step(expected: Built, actual: Built) -> bool:
-    """Whether a cache byte differs from the reference's by more than one code of its sign's magnitude order (or
-    in its sign, zero's aside)."""
+def _beyond(expected: Built, actual: Built, one_step: bool, subnormal: bool, cache_format: str) -> bool:
+    """Whether a cache byte differs from the reference's in a way the twin's defects cannot: in its sign (zero's
+    aside), or by more than one code of its magnitude order (unless `one_step`) where the reference's byte is
+    above the format's smallest normal (unless `subnormal`)."""
+    smallest_normal = 1 << FP8_FORMATS[cache_format].mantissa_bits  # its magnitude code
     for name in ("k_cache", "v_cache"):
         e, a = (getattr(b, name).view(torch.uint8).cpu().to(torch.int16) for b in (expected, actual))
         differ = e != a
         sign_flip = ((e ^ a) & 0x80).bool() & ((e & 0x7F) | (a & 0x7F)).bool()
-        if bool((differ & (sign_flip | ((e & 0x7F) - (a & 0x7F)).abs().gt(1))).any()):
+        explained = (((e & 0x7F) - (a & 0x7F)).abs().le(1) & one_step) | ((e & 0x7F).le(smallest_normal) & subnormal)
+        if bool((differ & (sign_flip | ~explained)).any()):
             return True
     return False
 
@@ -200,12 +207,15 @@ def beyond_twin(twin: Case, twin_keys: list[str], message: str, impl: Implementa
     if found is None:
         return []
     values, step = found
-    if twin_keys and all(same_effect(k) in ONE_STEP for k in twin_keys):
-        # a rounding defect everywhere ("any": no trigger to move back) moves a byte one step at most; a byte
-        # farther from the reference's with per-head scales is the [H] scales' own (seen: a tile's scales read
-        # at the tile's index, behind subnormals rounded toward zero)
+    if twin_keys and all(same_effect(k) in ONE_STEP + SUBNORMAL_ONLY for k in twin_keys):
+        # a rounding defect everywhere ("any": no trigger to move back) moves a byte one step at most, and a
+        # subnormal one leaves normal values right; a byte beyond that with per-head scales is the [H] scales'
+        # own (seen: a tile's scales read at the tile's index, behind subnormals rounded toward zero)
         called = _per_head_call(twin, values, step, impl, device)
-        if called is not None and _beyond_one_step(*called):
+        effects = {same_effect(k) for k in twin_keys}
+        if called is not None and _beyond(*called, one_step=bool(effects & set(ONE_STEP)),
+                                          subnormal=bool(effects & set(SUBNORMAL_ONLY)),
+                                          cache_format=twin.cache_format):
             return [Finding("scale", "scale:per-head", "writes wrong bytes with a per-head ([H]) scale (more than "
                             "one step from the reference's, past its rounding defect)", replayable=False)]
         return []

@@ -642,8 +642,11 @@ def _merge_ignored_into_swapped(groups: Groups) -> None:
         _move(groups, key, ambiguous)
 
 
-#: An effect class inside a wider one: within two fp32 ulps before the e4m3 cast is within one e4m3 ulp after.
-WIDER = {"approximate-division": "off-by-one-ulp"}
+#: An effect class inside a wider one: within two fp32 ulps before the e4m3 cast is within one e4m3 ulp after;
+#: a flush or a shift of subnormals alone is a wrong subnormal path (a Case whose few subnormals an encoder's
+#: dropped implicit bit writes as ±0 reads as a flush).
+WIDER = {"approximate-division": "off-by-one-ulp", "flush-to-zero": "subnormal-path",
+         "subnormal-shift": "subnormal-path"}
 
 
 def _merge_wider(groups: Groups) -> None:
