@@ -978,6 +978,22 @@ def test_an_unexplained_diff_whose_trigger_implies_a_hosts_goes_under_that_host(
         "strides:rows-permuted@many-tokens"
 
 
+def test_wrong_normal_values_are_not_a_subnormal_defects_symptom() -> None:
+    """Held-out batch 61's pair: an e5m2 bias constant wrong (every e5m2 byte) beside a flush bound one binade
+    high. Its exhaustive e5m2 Cases show both at once and read as nothing explained; a diff that counts wrong
+    bytes of normal values stays a defect of its own beside the run's one subnormal defect, and one of
+    subnormal bytes alone goes under it."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _attribute_unexplained
+    host, e5m2 = "subnormal-path@any", "wrong-bytes:unexplained@cache-e5m2"
+    for kinds, apart in (("1190 normal, 62 subnormal", True), ("62 subnormal, 3 ±0", False)):
+        detail = f"1252 bytes differ; commonest (expected->actual): 0x3C->0x1C x16; expected values: {kinds}"
+        groups = {host: [("a", Finding("subnormal-path", host, "?"))],
+                  e5m2: [("b", Finding("wrong-bytes", e5m2, "?", facts={"detail": detail}))]}
+        _attribute_unexplained(groups)
+        assert (e5m2 in groups) == apart, (kinds, sorted(groups))
+
+
 def _vllm_clamped_at_448(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale):
     """vLLM's convention, every quotient clamped to e4m3's ±448, e5m2 writes too (an e4m3-era FP8_MAX)."""
     fmt = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1822,6 +1823,15 @@ def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3"
     finite = ((e & 0x7F) < top) & ((a & 0x7F) < top)
     step = ((e & 0x7F).to(torch.int16) - (a & 0x7F).to(torch.int16)).abs() == 1
     return bool((~differ | (same_sign & finite & step)).all())
+
+
+#: Effects on values below the smallest normal alone: a wrong byte of a normal value is another cause's.
+SUBNORMAL_ONLY = ("subnormal-path", "subnormal-shift", "flush-to-zero")
+
+
+def normal_values_differ(detail: str) -> bool:
+    """Whether an effect's detail (`summary`'s or `kinds_text`'s words) counts wrong bytes of normal values."""
+    return re.search(r"\b\d+ normal\b", detail.rpartition("values: ")[2]) is not None
 
 
 def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:

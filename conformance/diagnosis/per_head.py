@@ -24,7 +24,7 @@ import torch
 from conformance.cachemap import byte_index
 from conformance.diagnosis.ablation import SizeRule
 from conformance.diagnosis.classify import Finding
-from conformance.diagnosis.effects import _same_caches
+from conformance.diagnosis.effects import SUBNORMAL_ONLY, _same_caches
 from conformance.harness import SuiteError, run_impl, run_reference
 from conformance.impls import Implementation
 from conformance.test_per_head import Steps, _per_head, step_of
@@ -174,9 +174,6 @@ def _per_head_call(case: Case, values: dict[str, Values], step: Steps, impl: Imp
 #: Effects that move a byte one step (one e4m3 or e5m2 code) at most.
 ONE_STEP = ("off-by-one-ulp", "approximate-division", "rounds-toward-zero", "rounds-ties-away",
             "rounds-ties-toward-zero", "rounds-ties-to-odd", "rounds-sticky-lost")
-#: Effects on values below the smallest normal alone (their bytes up to the smallest normal's, where a quotient
-#: just under it rounds).
-SUBNORMAL_ONLY = ("subnormal-path", "subnormal-shift", "flush-to-zero")
 
 
 def _beyond(expected: Built, actual: Built, one_step: bool, subnormal: bool, cache_format: str) -> bool:

@@ -40,6 +40,7 @@ from conformance.diagnosis.diagnose import (
     trigger_set,
     value_dimension,
 )
+from conformance.diagnosis.effects import SUBNORMAL_ONLY, normal_values_differ
 from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
 from strategies.build import DTYPES
@@ -963,12 +964,16 @@ def _attribute_unexplained(groups: Groups) -> None:
     host = hosts[0] if hosts else min(unexplained, key=lambda k: (_exhaustive_only(groups[k]), len(trigger_set(k)), k))
     why = " (nothing explains it; the run's one explained defect)" if hosts else " (nothing explains it either)"
     shape = _shape_dimensions(host)
+    subnormal_only = same_effect(host) in SUBNORMAL_ONLY
     for key in [k for k in unexplained if k != host]:
         # not where both are triggered by dimensions of the call's shape and no dimension is shared: a defect
         # of its own (a head tiled by 128 that reloads its first tile, beside offsets masked for a page size)
         if shape and _shape_dimensions(key) and not _overlap(shape, _shape_dimensions(key)):
             continue
-        _move(groups, key, lambda _n, _f: (host, why))
+        # nor wrong bytes of normal values beside a defect of subnormals alone (an e5m2 bias constant wrong
+        # beside a flush bound one binade high, held-out batch 61's pair: every e5m2 byte wrong)
+        _move(groups, key, lambda _n, f: None if subnormal_only and normal_values_differ(f.facts.get("detail", ""))
+              else (host, why))
 
 
 #: Lower bounds on H and on D: a tile over a head's H x D elements grows with both (a head group of 256 //
