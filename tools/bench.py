@@ -177,10 +177,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-dtype", choices=("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz"), default="fp8_e4m3",
                    help="the caches' format: float8_e4m3fn, float8_e5m2 or float8_e4m3fnuz caches (docs/e5m2.md; "
                    "fnuz always takes the software encoder)")
-    p.add_argument("--locs", choices=LOCS, default="pages",
-                   help="cache_loc: pages (default): the pages in a random order, each filled in slot order, as a "
-                   "prefill's sequences fill vLLM's and SGLang's pages; random: a random permutation of the "
-                   "cache's slots (the worst case for sectors shared between slots); contiguous: 0..T-1")
+    add_locs_argument(p)
     p.add_argument("--no-reference", action="store_true", help="skip the reference and the compiled reference")
     p.add_argument("--rep-ms", type=float, default=None, help="do_bench rep time per measurement (ms)")
     p.add_argument("--no-plot", action="store_true")
@@ -256,6 +253,17 @@ def zeros_fp8(shape: tuple[int, ...], cache_dtype: str = "fp8_e4m3"):
 
 
 LOCS = ("random", "contiguous", "pages")
+# A call of T >= 16K tokens is a prefill, and a prefill fills each page in slot order; docs/bench.md
+# gives the numbers for random slots too.
+DEFAULT_LOCS = "pages"
+
+
+def add_locs_argument(p: argparse.ArgumentParser) -> None:
+    """The --locs option every timing tool shares, so that they all measure the same slot order."""
+    p.add_argument("--locs", choices=LOCS, default=DEFAULT_LOCS,
+                   help="cache_loc: pages (default): the pages in a random order, each filled in slot order, as a "
+                   "prefill's sequences fill vLLM's and SGLang's pages; random: a random permutation of the "
+                   "cache's slots (the worst case for sectors shared between slots); contiguous: 0..T-1")
 
 
 def slot_order(locs: str, t: int, pages: int, g: torch.Generator) -> torch.Tensor:
@@ -271,7 +279,7 @@ def slot_order(locs: str, t: int, pages: int, g: torch.Generator) -> torch.Tenso
 
 
 def buffer_sets(t: int, h: int, d: int, sets: int, *, scale_kind: str = "float", scale: float = 0.7,
-                locs: str = "random", cache_dtype: str = "fp8_e4m3", pth: str | None = "inline") -> list[dict]:
+                locs: str = DEFAULT_LOCS, cache_dtype: str = "fp8_e4m3", pth: str | None = "inline") -> list[dict]:
     """`sets` independent call arguments on CUDA (bf16 k, v from a seeded generator; zeroed fp8 paged
     caches; slots as `slot_order` draws them), keyed like the call's arguments.
     Per-token-head scales go inline (caches widened by 4 bytes a head) or, pth="separate", to

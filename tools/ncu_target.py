@@ -3,7 +3,7 @@
     python -m tools.ncu_target [--recipe unfused] [--encoder hardware] [--tokens 32768] [--heads-dims 8x128]
                                [--mode per-token-head-inline]
 
-Builds one buffer set like `make bench` (bf16 input, scale 0.7, random slots; `--mode` one of the bench's
+Builds one buffer set like `make bench` (bf16 input, scale 0.7, slots as `--locs` says; `--mode` one of the bench's
 modes) and calls the fused write twice: the first call compiles, the second is the one to profile. The
 per-token-head modes' kernel is `per_token_head_write`. CUDA only.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from tools import _cli
+from tools import _cli, bench
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--heads-dims", default="8x128")
     p.add_argument("--mode", default=None, help="a `make bench` mode (tools/bench.py MODES); default per-tensor")
+    bench.add_locs_argument(p)
     args = p.parse_args(argv)
 
     if _cli.cuda_missing("tools.ncu_target", "ncu profiles a compiled launch"):
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--mode: one of {', '.join(MODES)}, got {args.mode!r}")
     kind, cache_dtype, pth = MODES[args.mode] if args.mode else ("float", "fp8_e4m3", None)
     h, d = (int(n) for n in args.heads_dims.split("x"))
-    s = buffer_sets(args.tokens, h, d, 1, scale_kind=kind, cache_dtype=cache_dtype, pth=pth)[0]
+    s = buffer_sets(args.tokens, h, d, 1, scale_kind=kind, cache_dtype=cache_dtype, pth=pth, locs=args.locs)[0]
     extra = {n: s[n] for n in ("per_token_head", "k_scale_cache", "v_scale_cache") if n in s}
     for _ in range(2):
         kernel.fused_fp8_set_kv_buffer(s["k"], s["v"], s["k_cache"], s["v_cache"], s["cache_loc"], s["k_scale"],

@@ -4,9 +4,10 @@
                                [--decode-tiles 512x4,1024x4,2048x4] [--decode-shapes 8x128,32x128]
 
 For each (tile elements x warps) it times the fused call through `kernel.fused.launch(tile=...)`,
-graph-replayed like `make bench` (10 calls in one CUDA graph, do_bench median, bf16, scale 0.7,
-random slots), as % of a device-to-device copy of the same bytes, and checks the bytes against the
-reference once per configuration:
+graph-replayed like `make bench` (10 calls in one CUDA graph, do_bench median, bf16, scale 0.7;
+prefill slots as `--locs` says, whole pages by default as in `make bench`; decode slots random), as %
+of a device-to-device copy of the same bytes, and checks the bytes against the reference once per
+configuration:
 - prefill: T = 32768, each of --shapes (H x D), every recipe, each of --encoders;
 - decode: T = 1, 8, 64 at each of --decode-shapes, recipe unfused, hardware encoder, beside two
   floors (an empty Triton kernel and a Triton copy of the same bytes, graph-replayed).
@@ -23,7 +24,7 @@ import csv
 import sys
 
 from tools._cli import ENCODERS, comma_list, cuda_missing, parser
-from tools.bench import PAGE_SIZE, buffer_sets, bytes_moved, graph_replay_us, output_dir, rotation
+from tools.bench import PAGE_SIZE, add_locs_argument, buffer_sets, bytes_moved, graph_replay_us, output_dir, rotation
 
 
 def _pairs(text: str) -> list[tuple[int, int]]:
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-shapes", type=_pairs, default=_pairs("8x128"), help="decode shapes as HxD")
     p.add_argument("--rep-ms", type=float, default=20.0)
     p.add_argument("--per-token-head", action="store_true", help="sweep the per-(token, head) kernel's tiles")
+    add_locs_argument(p)
     args = p.parse_args(argv)
 
     if cuda_missing("tools.tile_sweep", "it times compiled tiles"):
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_token_head:
         return _sweep_pth(args, graph_us, copy_us, rows)
     for h, d in args.shapes:
-        sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)))
+        sets = buffer_sets(t, h, d, rotation(bytes_moved(t, h, d)), locs=args.locs)
         for encoder in args.encoders:
             for elements, warps in args.tiles:
                 for recipe in kernel.RECIPES:
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         triton_copy = graph_us(lambda i, n=n, src=src, dst=dst, grid=grid: _copy[grid](src, dst, n, BLOCK=2048), 1)
         print(f"floor: T={t} {h}x{d} a Triton copy of the same bytes {triton_copy:.2f} us, "
               f"torch copy_ {copy_us(2 * n):.2f} us")
-        sets = buffer_sets(t, h, d, 10)
+        # a decode batch writes one token a sequence: its slots are random whatever --locs says
+        sets = buffer_sets(t, h, d, 10, locs="random")
         for elements, warps in args.decode_tiles:
             measure("decode", t, h, d, "unfused", "hardware", elements, warps, sets)
 
@@ -159,7 +162,8 @@ def _sweep_pth(args, graph_us, copy_us, rows: list[dict]) -> int:
     for h, d in args.shapes:
         for layout in ("inline", "separate"):
             nbytes = bytes_moved(t, h, d) + t * h * 4 * 2
-            sets = buffer_sets(t, h, d, rotation(nbytes), scale_kind="per-token-head", pth=layout)
+            sets = buffer_sets(t, h, d, rotation(nbytes), scale_kind="per-token-head", pth=layout,
+                               locs=args.locs)
             expected = [torch.zeros_like(x) if x is not None else None
                         for x in (sets[0]["k_cache"], sets[0]["v_cache"], sets[0].get("k_scale_cache"),
                                   sets[0].get("v_scale_cache"))]

@@ -57,8 +57,8 @@ from conformance.diagnosis.effects import (
     _unwritten,
     explain,
     explains,
-    summary,
     title_of,
+    unexplained,
     unwritten_where,
     value_keys_fitting,
 )
@@ -538,9 +538,9 @@ class Diagnoser:
             return self._placement_confirmed(case, rest[0], replay, refuted)
         if rest and not any(_placed(e) or e.key.endswith("unexplained") for e in rest):
             return rest
-        return [Effect("wrong-slot:unexplained", TITLES["wrong-slot:unexplained"],
-                       f"{summary(replay.expected, replay.actual)}; {effect.title} fit these bytes, not those of the "
-                       "same call with more tokens, other values or other scales")]
+        return [unexplained("wrong-slot:unexplained", replay.expected, replay.actual,
+                            f"{effect.title} fit these bytes, not those of the same call with more tokens, other "
+                            "values or other scales")]
 
     def _fresh(self, case: Case) -> Callable[[], Built]:
         """The Case's tensors, new for each call: built once, then copied (a model check builds one per model,
@@ -623,9 +623,9 @@ class Diagnoser:
                         break
                 keys = [key for key in keys if key in again]
             if not keys:
-                return Effect("wrong-bytes:unexplained", TITLES["wrong-bytes:unexplained"],
-                              f"{summary(replay.expected, replay.actual)}; {title_of(effect.key, case.recipe)} fit "
-                              "these bytes, not those of the same call with re-drawn values")
+                return unexplained("wrong-bytes:unexplained", replay.expected, replay.actual,
+                                   f"{title_of(effect.key, case.recipe)} fit these bytes, not those of the same "
+                                   "call with re-drawn values")
         if keys == [effect.key, *effect.alternatives]:
             return effect
         return Effect(keys[0], title_of(keys[0], case.recipe), effect.detail, effect.value, keys[1:])
@@ -1003,6 +1003,7 @@ def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Fin
     return Finding(cls, key, title, cell=EFFECT_CELLS.get(cls, "wrong bytes"), case_size=case_size(minimal),
                    facts={"effect": effect.key, "trigger": trigger, "detail": effect.detail, "held": held,
                           "explanations": [key, *alternatives] if alternatives else [],
+                          **({"value_kinds": list(effect.value_kinds)} if effect.value_kinds else {}),
                           "minimal": minimal.to_dict()})
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,6 +52,9 @@ class Effect:
     detail: str = ""
     value: bool = False  # a value effect: a function of each token's own input
     alternatives: list[str] = field(default_factory=list)  # other keys that explain the same bytes
+    # an unexplained diff's expected bytes by kind of value (byte_kinds' names): what the report weighs, so
+    # that it never reads them back from the detail's words
+    value_kinds: tuple[str, ...] = ()
 
 
 TITLES = {
@@ -1829,11 +1831,6 @@ def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3"
 SUBNORMAL_ONLY = ("subnormal-path", "subnormal-shift", "flush-to-zero")
 
 
-def normal_values_differ(detail: str) -> bool:
-    """Whether an effect's detail (`summary`'s or `kinds_text`'s words) counts wrong bytes of normal values."""
-    return re.search(r"\b\d+ normal\b", detail.rpartition("values: ")[2]) is not None
-
-
 def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:
     """Whether every differing byte is of a nonzero value below the format's smallest normal (the recipe's fp32
     value before the cast), every normal value right: a byte that the encoder's subnormal path alone writes
@@ -2184,9 +2181,15 @@ def kinds_text(e: torch.Tensor, cache_format: str) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in byte_kinds(e, cache_format).most_common())
 
 
-def summary(expected: Built, actual: Built) -> str:
-    """The commonest (expected -> actual) byte pairs of a diff nothing explains, and which kinds of value the
-    expected bytes are."""
+def unexplained(key: str, expected: Built, actual: Built, why: str = "") -> Effect:
+    """The effect of a diff that no model fits: its commonest byte pairs and which kinds of value it touches."""
+    text, kinds = summary(expected, actual)
+    return Effect(key, TITLES[key], f"{text}; {why}" if why else text, value_kinds=kinds)
+
+
+def summary(expected: Built, actual: Built) -> tuple[str, tuple[str, ...]]:
+    """The commonest (expected -> actual) byte pairs of a diff nothing explains, in words, and which kinds of
+    value (byte_kinds') the expected bytes are, commonest first."""
     pairs: Counter = Counter()
     total = 0
     differing = []
@@ -2197,8 +2200,10 @@ def summary(expected: Built, actual: Built) -> str:
         pairs.update(zip(e[d].tolist()[:4096], a[d].tolist()[:4096]))
         differing.append(e[d][:4096])
     top = ", ".join(f"0x{x:02X}->0x{y:02X} x{n}" for (x, y), n in pairs.most_common(5))
-    where = kinds_text(torch.cat(differing), expected.case.cache_format)
-    return f"{total} bytes differ; commonest (expected->actual): {top}; expected values: {where}"
+    kinds = byte_kinds(torch.cat(differing), expected.case.cache_format).most_common()
+    where = ", ".join(f"{n} {kind}" for kind, n in kinds)
+    return f"{total} bytes differ; commonest (expected->actual): {top}; expected values: {where}", \
+        tuple(kind for kind, _ in kinds)
 
 
 def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.Tensor],
@@ -2229,5 +2234,4 @@ def explain(case: Case, expected: Built, actual: Built, before: dict[str, torch.
             return [some]
     outside = any(((expected.buffers[w].cpu() != actual.buffers[w].cpu()) & ~written_mask(case, w)).any()
                   for w in CACHES)
-    key = "wrong-slot:unexplained" if outside else "wrong-bytes:unexplained"
-    return [Effect(key, TITLES[key], summary(expected, actual))]
+    return [unexplained("wrong-slot:unexplained" if outside else "wrong-bytes:unexplained", expected, actual)]

@@ -40,7 +40,7 @@ from conformance.diagnosis.diagnose import (
     trigger_set,
     value_dimension,
 )
-from conformance.diagnosis.effects import SUBNORMAL_ONLY, normal_values_differ
+from conformance.diagnosis.effects import SUBNORMAL_ONLY
 from conformance.diagnosis.fresh import Fresh
 from kernel import RECIPES
 from strategies.build import DTYPES
@@ -972,7 +972,7 @@ def _attribute_unexplained(groups: Groups) -> None:
             continue
         # nor wrong bytes of normal values beside a defect of subnormals alone (an e5m2 bias constant wrong
         # beside a flush bound one binade high, held-out batch 61's pair: every e5m2 byte wrong)
-        _move(groups, key, lambda _n, f: None if subnormal_only and normal_values_differ(f.facts.get("detail", ""))
+        _move(groups, key, lambda _n, f: None if subnormal_only and "normal" in f.facts.get("value_kinds", ())
               else (host, why))
 
 
