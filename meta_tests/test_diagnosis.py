@@ -3434,13 +3434,17 @@ def test_subnormals_on_another_formats_grid_are_named_so() -> None:
     assert [f.key for f in found] == ["subnormal-grid:-6@cache-e5m2"], [f.key for f in found]
 
 
-def _subnormal_path_bug(rule):
-    """Recipe divide, with each nonzero quotient below the format's smallest normal written by `rule(y, fp8)`
-    (bytes): a software encoder whose subnormal path alone is wrong (held-out batch 61)."""
+def _subnormal_path_bug(rule, normal_path=None):
+    """Recipe divide (or `normal_path`'s write), with each nonzero quotient below the format's smallest normal
+    written by `rule(y, fp8)` (bytes): a software encoder whose subnormal path is wrong (held-out batch 61)."""
     def write(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
               recipe="unfused", checked=False, cache_dtype=None):
-        naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe="divide",
-                                checked=checked, cache_dtype=cache_dtype)
+        if normal_path is not None:
+            normal_path(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, checked=checked,
+                        cache_dtype=cache_dtype)
+        else:
+            naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe="divide",
+                                    checked=checked, cache_dtype=cache_dtype)
         fp8 = torch.float8_e5m2 if k_cache.dtype == torch.float8_e5m2 else torch.float8_e4m3fn
         emin = -14 if fp8 == torch.float8_e5m2 else -6
         for x, cache, s in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
@@ -3514,6 +3518,19 @@ def test_an_exponent_rebiased_with_another_formats_bias_is_named_so() -> None:
     case = _case(cache_dtype="float8_e5m2", cache_format="fp8_e5m2", recipe="divide")
     keys = [f.key for f in Diagnoser(_impl(_e5m2_rebiased_by_e4m3s, "divide"), CPU).diagnose(case)]
     assert keys == ["exponent-bias:7@cache-e5m2"], keys
+
+
+def test_a_normal_values_rule_beside_a_wrong_subnormal_path_is_named_with_it() -> None:
+    """Held-out batch 61's pair: e5m2 rebiased with e4m3's 7 and, apart, a subnormal path of its own. No one rule
+    gives both kinds of value, so the normal values' rule is read from them alone, beside the subnormal path
+    (the e5m2 key read as nothing explained); each a defect of its own."""
+    small = tuple(Override("k", i, _bf16(x), "small") for i, x in enumerate((3e-5, -2e-6, 7e-7, 1.5, -40.0)))
+    case = _case(cache_dtype="float8_e5m2", cache_format="fp8_e5m2", recipe="divide", overrides=small,
+                 k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 1.0))
+    impl = _impl(_subnormal_path_bug(_tiny_to_smallest_subnormal, _e5m2_rebiased_by_e4m3s), "divide")
+    # the Case itself, as a re-drawn call shows it (a minimal one keeps one kind of value and one defect)
+    keys = sorted({e.key for e in Diagnoser(impl, CPU).effects(case, "wrong-bytes")})
+    assert keys == ["exponent-bias:7", "subnormal-path"], keys
 
 
 def test_an_accumulating_stores_zero_and_parked_bytes_are_its_symptoms() -> None:

@@ -1831,13 +1831,38 @@ def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3"
 SUBNORMAL_ONLY = ("subnormal-path", "subnormal-shift", "flush-to-zero")
 
 
-def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:
-    """Whether every differing byte is of a nonzero value below the format's smallest normal (the recipe's fp32
-    value before the cast), every normal value right: a byte that the encoder's subnormal path alone writes
-    wrong (its shift, its implicit bit, its flush bound), whatever the rule."""
+def _below_normal(w: _Written, held: str) -> torch.Tensor:
+    """Which of the rows' elements are nonzero values below the format's smallest normal (the recipe's fp32 value
+    before the cast): the ones an encoder's subnormal path writes."""
     y = _pre_cast(w.rows, held)[w.tokens]
-    small = (y.abs() < 2.0**CACHE_FORMATS[w.rows.case.cache_format].min_normal_exp) & (y != 0)
-    return bool(small[e != w.actual].all())
+    return (y.abs() < 2.0**CACHE_FORMATS[w.rows.case.cache_format].min_normal_exp) & (y != 0)
+
+
+def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:
+    """Whether every differing byte is of a nonzero value below the format's smallest normal, every normal value
+    right: a byte that the encoder's subnormal path alone writes wrong (its shift, its implicit bit, its flush
+    bound), whatever the rule."""
+    return bool(_below_normal(w, held)[e != w.actual].all())
+
+
+def _normal_values_rule(w: _Written, e: torch.Tensor, held: str, case: Case) -> list[str]:
+    """The value rules that give every byte of the values at or above the smallest normal, where those differ and
+    so do some values below it, which no rule gives: two defects of one encoder, one in its subnormal path (an
+    e5m2 bias constant wrong beside a flush bound one binade high, held-out batch 61's pair). [] unless both
+    kinds of value differ."""
+    small = _below_normal(w, held)
+    differ = e != w.actual
+    if not bool((differ & small).any()) or not bool((differ & ~small).any()):
+        return []
+    big = ~small
+
+    def fits_normal(predicted: torch.Tensor | list[torch.Tensor]) -> bool:
+        ok = torch.zeros_like(w.actual, dtype=torch.bool)
+        for p in predicted if isinstance(predicted, list) else [predicted]:
+            ok |= p[w.tokens] == w.actual
+        return bool(ok[big].all())
+
+    return list(dict.fromkeys(key for key, model in _value_models(w, held, case) if fits_normal(model())))
 
 
 def _sign_only(e: torch.Tensor, a: torch.Tensor) -> str | None:
@@ -1917,9 +1942,21 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         sign = None if rules or heads else _sign_only(e, w.actual)
         if sign is not None:
             found = [sign, *found]
+        kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
+        split = [] if found else _normal_values_rule(w, e, held, case)
+        if split:
+            small = _below_normal(w, held)
+            differ = e != w.actual
+            effects.append(Effect(split[0], title_of(split[0], held), f"{which}, {kind} scale; values at or above "
+                                  "the smallest normal, where those below it differ another way; the differing "
+                                  f"bytes' values: {kinds_text(e[differ & ~small], case.cache_format)}", value=True,
+                                  alternatives=split[1:]))
+            effects.append(Effect("subnormal-path", title_of("subnormal-path", held), f"{which}, {kind} scale; "
+                                  f"beside {split[0]} on the normal values; the differing bytes' values: "
+                                  f"{kinds_text(e[differ & small], case.cache_format)}", value=True))
+            continue
         if not found:
             return []
-        kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
         where = f"{heads[1]}; " if heads is not None else ""
         effects.append(Effect(found[0], title_of(found[0], held), f"{which}, {kind} scale; {where}the differing "
                               f"bytes' values: {kinds_text(e[e != w.actual], case.cache_format)}", value=True,
