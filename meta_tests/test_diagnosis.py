@@ -3533,6 +3533,21 @@ def test_a_normal_values_rule_beside_a_wrong_subnormal_path_is_named_with_it() -
     assert keys == ["exponent-bias:7", "subnormal-path"], keys
 
 
+def test_wrong_subnormals_seen_only_beside_a_normal_values_rule_are_that_rules_defect() -> None:
+    """One encoder step wrong on both kinds of value (a rule on the normal ones, none on the subnormals) is one
+    defect; a subnormal path also seen wrong alone is a second."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_subnormals_beside
+    rule, sub = "rounds-ties-away@any", "subnormal-path@any"
+    for alone, kept in ((False, [rule]), (True, [rule, sub])):
+        findings = [("a", Finding("subnormal-path", sub, "?", facts={"beside": "rounds-ties-away"}))]
+        if alone:
+            findings.append(("b", Finding("subnormal-path", sub, "?")))
+        groups = {rule: [("r", Finding("rounding", rule, "?"))], sub: findings}
+        _merge_subnormals_beside(groups)
+        assert sorted(groups) == kept, (alone, sorted(groups))
+
+
 def test_an_accumulating_stores_zero_and_parked_bytes_are_its_symptoms() -> None:
     """Adding 0x00 to a slot leaves it as it was (read as unwritten, under special values), and the bytes
     skipped tokens park in one slot add up (bytes no model places, under out-of-range slots): beside the one

@@ -1004,6 +1004,7 @@ def finding(effect: Effect, trigger: list[str], minimal: Case, held: str) -> Fin
                    facts={"effect": effect.key, "trigger": trigger, "detail": effect.detail, "held": held,
                           "explanations": [key, *alternatives] if alternatives else [],
                           **({"value_kinds": list(effect.value_kinds)} if effect.value_kinds else {}),
+                          **({"beside": effect.beside} if effect.beside else {}),
                           "minimal": minimal.to_dict()})
 
 

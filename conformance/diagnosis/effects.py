@@ -55,6 +55,8 @@ class Effect:
     # an unexplained diff's expected bytes by kind of value (byte_kinds' names): what the report weighs, so
     # that it never reads them back from the detail's words
     value_kinds: tuple[str, ...] = ()
+    # the value rule a subnormal-path effect was read beside, in one call (_normal_values_rule)
+    beside: str = ""
 
 
 TITLES = {
@@ -1953,7 +1955,8 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
                                   alternatives=split[1:]))
             effects.append(Effect("subnormal-path", title_of("subnormal-path", held), f"{which}, {kind} scale; "
                                   f"beside {split[0]} on the normal values; the differing bytes' values: "
-                                  f"{kinds_text(e[differ & small], case.cache_format)}", value=True))
+                                  f"{kinds_text(e[differ & small], case.cache_format)}", value=True,
+                                  beside=split[0]))
             continue
         if not found:
             return []

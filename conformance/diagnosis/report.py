@@ -313,6 +313,7 @@ def defects_from(nodes: dict[str, Node], cases_dir: Path, replay_base: dict[str,
     _merge_overrun(groups)
     _merge_old_bytes_symptoms(groups)
     _merge_wider(groups)
+    _merge_subnormals_beside(groups)
     _merge_moved_padding(groups)
     _merge_raises(groups)  # again: two hosts a raise could not choose between may be one defect by now
     _merge_misplaced_scales(groups)
@@ -648,6 +649,21 @@ def _merge_ignored_into_swapped(groups: Groups) -> None:
 #: dropped implicit bit writes as ±0 reads as a flush).
 WIDER = {"approximate-division": "off-by-one-ulp", "flush-to-zero": "subnormal-path",
          "subnormal-shift": "subnormal-path"}
+
+
+def _merge_subnormals_beside(groups: Groups) -> None:
+    """Subnormal bytes no rule gives, seen only in calls whose normal values one rule gives (never alone), are
+    that rule's defect: one encoder step wrong on both kinds of value. A wrong subnormal path seen alone too is
+    a defect of its own (held-out batch 61's pair: a flush bound one binade high beside an e5m2 bias)."""
+    for key in [k for k in groups if same_effect(k) == "subnormal-path"]:
+        besides = {f.facts.get("beside", "") for _, f in groups[key]}
+        if "" in besides or len(besides) != 1:
+            continue
+        [rule] = besides
+        hosts = [k for k in groups if same_effect(k) == rule]
+        if len(hosts) == 1:
+            why = " (its values below the smallest normal, wrong by no rule, were seen only beside it)"
+            _move(groups, key, lambda _n, _f, host=hosts[0], why=why: (host, why))
 
 
 def _merge_wider(groups: Groups) -> None:
