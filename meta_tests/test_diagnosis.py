@@ -3524,13 +3524,27 @@ def test_a_normal_values_rule_beside_a_wrong_subnormal_path_is_named_with_it() -
     """Held-out batch 61's pair: e5m2 rebiased with e4m3's 7 and, apart, a subnormal path of its own. No one rule
     gives both kinds of value, so the normal values' rule is read from them alone, beside the subnormal path
     (the e5m2 key read as nothing explained); each a defect of its own."""
-    small = tuple(Override("k", i, _bf16(x), "small") for i, x in enumerate((3e-5, -2e-6, 7e-7, 1.5, -40.0)))
+    small = tuple(Override("k", i, _bf16(x), "small")
+                  for i, x in enumerate((3e-5, -2e-6, 7e-7, 1e-3, -2e-3, 1.5, -40.0)))
     case = _case(cache_dtype="float8_e5m2", cache_format="fp8_e5m2", recipe="divide", overrides=small,
                  k_scale=Scale("tensor1", 1.0), v_scale=Scale("tensor1", 1.0))
-    impl = _impl(_subnormal_path_bug(_tiny_to_smallest_subnormal, _e5m2_rebiased_by_e4m3s), "divide")
-    # the Case itself, as a re-drawn call shows it (a minimal one keeps one kind of value and one defect)
-    keys = sorted({e.key for e in Diagnoser(impl, CPU).effects(case, "wrong-bytes")})
-    assert keys == ["exponent-bias:7", "subnormal-path"], keys
+    # the subnormal path wrong on the quotient (3e-5 and below), or on what the bias made of it (1e-3 / 256)
+    for write in (_subnormal_path_bug(_tiny_to_smallest_subnormal, _e5m2_rebiased_by_e4m3s),
+                  _rebiased_into_a_wrong_subnormal_path):
+        # the Case itself, as a re-drawn call shows it (a minimal one keeps one kind of value and one defect)
+        keys = sorted({e.key for e in Diagnoser(_impl(write, "divide"), CPU).effects(case, "wrong-bytes")})
+        assert keys == ["exponent-bias:7", "subnormal-path"], (write.__name__, keys)
+
+
+def _rebiased_into_a_wrong_subnormal_path(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,
+                                          page_size=16, use_triton=True, *, recipe="unfused", checked=False,
+                                          cache_dtype=None):
+    """e5m2 rebiased with e4m3's 7 (the quotient / 256), then a subnormal path that rounds anything below half
+    the smallest subnormal up to it, on what the bias made of the value (held-out batch 61's pair)."""
+    scales = [s if k_cache.dtype != torch.float8_e5m2 else 256.0 * (1.0 if s is None else float(s))
+              for s in (k_scale, v_scale)]
+    _subnormal_path_bug(_tiny_to_smallest_subnormal)(k, v, k_cache, v_cache, cache_loc, *scales, page_size,
+                                                     checked=checked, cache_dtype=cache_dtype)
 
 
 def test_wrong_subnormals_seen_only_beside_a_normal_values_rule_are_that_rules_defect() -> None:

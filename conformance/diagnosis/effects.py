@@ -1847,24 +1847,37 @@ def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:
     return bool(_below_normal(w, held)[e != w.actual].all())
 
 
-def _normal_values_rule(w: _Written, e: torch.Tensor, held: str, case: Case) -> list[str]:
-    """The value rules that give every byte of the values at or above the smallest normal, where those differ and
-    so do some values below it, which no rule gives: two defects of one encoder, one in its subnormal path (an
-    e5m2 bias constant wrong beside a flush bound one binade high, held-out batch 61's pair). [] unless both
-    kinds of value differ."""
+def _normal_values_rule(w: _Written, e: torch.Tensor, held: str, case: Case) -> tuple[list[str], torch.Tensor]:
+    """The value rules that give every byte but those in the subnormal range (the rule's or the recipe's), where
+    those differ by no rule: two defects of one encoder, one of them in its subnormal path, which runs on what
+    the other rule made of the value (an e5m2 bias constant wrong beside a flush bound one binade high, held-out
+    batch 61's pair: a quotient of 2**-10 rebiased to 2**-18 is then flushed). Returns the rules and the bytes
+    the first one leaves to the subnormal path; ([], _) unless some byte differs outside the recipe's subnormal
+    range."""
     small = _below_normal(w, held)
     differ = e != w.actual
-    if not bool((differ & small).any()) or not bool((differ & ~small).any()):
-        return []
-    big = ~small
-
-    def fits_normal(predicted: torch.Tensor | list[torch.Tensor]) -> bool:
-        ok = torch.zeros_like(w.actual, dtype=torch.bool)
+    none = ([], differ & False)
+    if not bool((differ & ~small).any()):
+        return none
+    mbits = CACHE_FORMATS[case.cache_format].mantissa_bits
+    nonzero = _pre_cast(w.rows, held)[w.tokens] != 0
+    # a byte the subnormal path writes: below the smallest normal, or rounded up to it
+    sub_written = (w.actual.to(torch.int64) & 0x7F) <= 1 << mbits
+    keys, off = [], None
+    for key, model in _value_models(w, held, case):
+        predicted = model()
+        ok = torch.zeros_like(differ)
+        below = small.clone()
         for p in predicted if isinstance(predicted, list) else [predicted]:
-            ok |= p[w.tokens] == w.actual
-        return bool(ok[big].all())
-
-    return list(dict.fromkeys(key for key, model in _value_models(w, held, case) if fits_normal(model())))
+            p = p[w.tokens]
+            ok |= p == w.actual
+            below |= ((p.to(torch.int64) & 0x7F) >> mbits == 0) & nonzero
+        missed = ~ok
+        if bool((missed & ~(below & sub_written)).any()) or not bool(missed.any()) or not bool((ok & differ).any()):
+            continue
+        keys.append(key)
+        off = missed if off is None else off
+    return (keys, off) if keys else none
 
 
 def _sign_only(e: torch.Tensor, a: torch.Tensor) -> str | None:
@@ -1945,18 +1958,15 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if sign is not None:
             found = [sign, *found]
         kind = (case.k_scale if which == "k_cache" else case.v_scale).kind
-        split = [] if found else _normal_values_rule(w, e, held, case)
+        split, off = ([], None) if found else _normal_values_rule(w, e, held, case)
         if split:
-            small = _below_normal(w, held)
-            differ = e != w.actual
-            effects.append(Effect(split[0], title_of(split[0], held), f"{which}, {kind} scale; values at or above "
-                                  "the smallest normal, where those below it differ another way; the differing "
-                                  f"bytes' values: {kinds_text(e[differ & ~small], case.cache_format)}", value=True,
-                                  alternatives=split[1:]))
+            by_rule = (e != w.actual) & ~off
+            effects.append(Effect(split[0], title_of(split[0], held), f"{which}, {kind} scale; every byte but some "
+                                  "in the subnormal range, which differ another way; the differing bytes' values: "
+                                  f"{kinds_text(e[by_rule], case.cache_format)}", value=True, alternatives=split[1:]))
             effects.append(Effect("subnormal-path", title_of("subnormal-path", held), f"{which}, {kind} scale; "
-                                  f"beside {split[0]} on the normal values; the differing bytes' values: "
-                                  f"{kinds_text(e[differ & small], case.cache_format)}", value=True,
-                                  beside=split[0]))
+                                  f"beside {split[0]}, subnormal results of its values wrong; the recipe's bytes "
+                                  f"there: {kinds_text(e[off], case.cache_format)}", value=True, beside=split[0]))
             continue
         if not found:
             return []
