@@ -1792,6 +1792,24 @@ def test_dims_reversed_in_fours_is_one_defect_of_d() -> None:
     assert keys == ["strides:dims-reversed:4@dim-multiple:4"]
 
 
+def _word_halves_swapped(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                         use_triton=True, *, recipe="unfused", checked=False):
+    """An 8-byte store built as `(lo << 32) | hi` where D is a multiple of 8: in each group of 8 dims, dims 0..3
+    and 4..7 trade places (held-out batch 62)."""
+    d = k.shape[-1]
+    if d % 8 == 0:
+        k, v = (x.reshape(*x.shape[:-1], d // 8, 2, 4).flip(-2).reshape(x.shape) for x in (k, v))
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+
+
+def test_a_words_halves_swapped_is_named_so_on_one_row() -> None:
+    """A single row of 8 dims, values repeated, tells no permutation by itself; the model of the store does."""
+    one_row = tuple(Override("k", i, _bf16(x), "small") for i, x in enumerate((1.0, -2.5, -2.5, 96.0, 0.375, 3.0)))
+    keys = [f.key for f in Diagnoser(_impl(_word_halves_swapped), CPU).diagnose(
+        _case(num_tokens=1, num_heads=1, cache_loc=(5,), overrides=one_row))]
+    assert keys == ["strides:dims-halves-swapped:8@dim-multiple:8"], keys
+
+
 def test_an_exception_in_the_suites_own_frames_is_never_the_implementations() -> None:
     """A diagnosis bug (a KeyError in the suite's code, say) that escapes a probe is a suite error, not a raise
     of the implementation under test."""

@@ -233,6 +233,9 @@ def title_of(key: str, held: str = "") -> str:
     if effect.startswith("strides:dims-reversed:"):
         return (f"writes each group of {effect.rsplit(':', 1)[1]} dims of a head in reverse order (a vector store "
                 "packing its bytes in the wrong order)")
+    if effect.startswith("strides:dims-halves-swapped:"):
+        return (f"writes each group of {effect.rsplit(':', 1)[1]} dims of a head with its two halves swapped (a "
+                "wide store's word built from its two half-words in the wrong order)")
     if effect.startswith("encoding:overflow-at:"):
         return (f"writes a quotient past the format's range as ±{effect.rsplit(':', 1)[1]}, another format's "
                 "largest value, where the recipe saturates at the format's own (a saturation step's constant "
@@ -883,6 +886,21 @@ def _dims_reversed(group: int) -> Callable[[Built], dict | None]:
     return call
 
 
+def _dims_halves_swapped(group: int) -> Callable[[Built], dict | None]:
+    """Each group of `group` dims of a head written with its two halves swapped (a wide word built from its two
+    half-words in the wrong order, `(lo << 32) | hi`): the call with its inputs' dims so permuted."""
+    def call(b: Built) -> dict | None:
+        t, h, d = b.case.input_shape
+        if d % group or group < 4 or t == 0:
+            return None
+        out = b.call()
+        for name in ("k", "v"):
+            x = getattr(b, name).reshape(t, h, d // group, 2, group // 2)
+            out[name] = x.flip(-2).reshape(t, h, d)
+        return out
+    return call
+
+
 def _compacted(loc: torch.Tensor, n: int) -> torch.Tensor:
     """Padding dropped from the slots but not from the inputs: token i gets the i-th non-negative slot."""
     return _first_slots(loc, loc[loc >= 0])
@@ -976,6 +994,7 @@ PLACEMENT: tuple[tuple[str, str, Callable[[Built], dict | None]], ...] = (
     ("wrong-slot:rows-repeated", "", _rows_repeated),
     ("wrong-slot:page-rest-zeroed", "", _page_rest_zeroed),
     *((f"strides:dims-reversed:{g}", f"in groups of {g}", _dims_reversed(g)) for g in (2, 4, 8, 16)),
+    *((f"strides:dims-halves-swapped:{g}", f"in groups of {g}", _dims_halves_swapped(g)) for g in (4, 8, 16, 32)),
     ("padding:wraps-to-end", "", _slots(_wrap_negative)),
     *(("padding:before-start", f"pages and offsets by {how}", _padding_before_start(how))
       for how in ("floor division", "truncation")),
