@@ -10,7 +10,7 @@ byte with anything) is conformance/test_errors.py's overlap classes.
 
 Binds every implementation (it is the byte contract, not the argument contract). The sharing is
 drawn by strategies.overlap.sharings; a failure report prints it, and the saved Case alone rebuilds
-separate buffers with the values the call had (V holds K's where v is k: Case.v_values);
+separate buffers with the values the call had (V holds K's values, in K's layout, where v is k: Case.v_values);
 `strategies.overlap.build_shared(case, sharing)` rebuilds the shared ones.
 """
 
@@ -84,8 +84,9 @@ def test_shared_but_disjoint_memory_is_accepted(data, impl, device, recipe):
     is accepted and every byte of every buffer equals the reference's."""
     case = data.draw(impl.cases(recipes=(recipe,), max_tokens=8, max_heads=4, max_dim=128), label="case")
     sharing: Sharing = data.draw(sharings(case), label="sharing")
-    if sharing.inputs.kind == "same":  # v is k: the saved Case gives V K's values, so that it replays alone
-        case = case.replace(v_values="k")
+    if sharing.inputs.kind == "same":  # v is k: the saved Case gives V K's values and K's layout, so that it
+        # replays alone as the call was made (a kernel's vector path chosen by both inputs' alignment sees the same)
+        case = case.replace(v_values="k", v_layout=case.k_layout)
     expected = build_shared(case, sharing, device)
     try:
         run_reference(case, device, expected)
