@@ -1810,6 +1810,23 @@ def test_a_words_halves_swapped_is_named_so_on_one_row() -> None:
     assert keys == ["strides:dims-halves-swapped:8@dim-multiple:8"], keys
 
 
+def _pid_mod_heads(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16, use_triton=True, *,
+                   recipe="unfused", checked=False):
+    """A (head, K or V) grid axis of 2 H programs decomposed as head = pid % H, half = pid % 2: for even H, K's odd
+    heads and V's even heads are never written (held-out batch 62)."""
+    h = k.shape[-2]
+    old = (k_cache.clone(), v_cache.clone())
+    _reference(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size, recipe=recipe, checked=checked)
+    if h % 2 == 0:
+        k_cache[..., 1::2, :] = old[0][..., 1::2, :]
+        v_cache[..., 0::2, :] = old[1][..., 0::2, :]
+
+
+def test_heads_left_unwritten_for_even_h_are_named_by_parity() -> None:
+    keys = [f.key for f in Diagnoser(_impl(_pid_mod_heads), CPU).diagnose(_case())]
+    assert keys == ["wrong-slot:unwritten@heads-multiple:2"], keys
+
+
 def test_an_exception_in_the_suites_own_frames_is_never_the_implementations() -> None:
     """A diagnosis bug (a KeyError in the suite's code, say) that escapes a probe is a suite error, not a raise
     of the implementation under test."""

@@ -478,8 +478,10 @@ def _size_rules(attr: str) -> list[SizeRule]:
     return [SizeRule(f"{attr}-not-pow2", attr, f"only when {n} is not a power of two", lambda x: x & (x - 1) != 0),
             *(SizeRule(f"{attr}-not-multiple:{m}", attr, f"only when {n} is not a multiple of {m}",
                        lambda x, m=m: x % m != 0) for m in (32, 16, 8, 4, 2)),
-            *(SizeRule(f"{attr}-multiple:{m}", attr, f"only when {n} is a multiple of {m}", lambda x, m=m: x % m == 0)
-              for m in (16, 8, 4)),
+            *(SizeRule(f"{attr}-multiple:{m}", attr, f"only when {n} is a multiple of {m}" if m > 2 else
+                       f"only when {n} is even", lambda x, m=m: x % m == 0)
+              # 2: a grid axis interleaving K and V with heads, decomposed as pid % H (held-out batch 62)
+              for m in (16, 8, 4, 2)),
             *(SizeRule(f"{attr}-below:{m}", attr, f"only when {n} is below {m}", lambda x, m=m: x < m)
               for m in (64, 32, 16, 8, 4, 2)),
             *(SizeRule(f"{attr}-above:{m}", attr, f"only when {n} is above {m}", lambda x, m=m: x > m)
