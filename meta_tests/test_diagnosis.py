@@ -424,6 +424,23 @@ def test_an_effect_whose_bound_on_d_moves_with_h_is_one_defect() -> None:
     assert sorted(groups) == sorted(apart)
 
 
+def test_an_exhaustive_cases_effect_under_a_format_is_the_size_rules_defect_its_case_holds() -> None:
+    """Held-out batch 62: a word's halves swapped where D is a multiple of 8, and in an fnuz sweep's Case, whose
+    shape no ablation moves (its trigger names the format): one defect where that Case's D is a multiple of 8,
+    two where it is not."""
+    from conformance.diagnosis.classify import Finding
+    from conformance.diagnosis.report import _merge_narrower
+    effect = "strides:dims-halves-swapped:8"
+    sized, fnuz = f"{effect}@dim-multiple:8", f"{effect}@cache-fnuz"
+    node = "conformance/test_fnuz.py::test_fnuz_all_patterns[x]"
+    for d, merged in ((16, True), (12, False)):
+        sweep = Finding("strides", fnuz, "?", facts={"minimal": _case(head_dim=d, cache_dtype="float8_e4m3fnuz",
+                                                                       cache_format="fp8_e4m3fnuz").to_dict()})
+        groups = {sized: [("t", Finding("strides", sized, "?"))], fnuz: [(node, sweep)]}
+        _merge_narrower(groups)
+        assert (sorted(groups) == [sized]) is merged, (d, sorted(groups))
+
+
 def test_value_rules_under_one_trigger_in_other_cache_formats_are_one_defect() -> None:
     """Held-out batch 42: the fix-up skipped for a None scale (torch's raw cast) keeps NaN's sign, and reads as
     another recipe in e5m2 and fnuz caches: one defect under the trigger they share. A trigger of formats alone

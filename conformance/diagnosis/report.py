@@ -462,6 +462,15 @@ def _merge_narrower(groups: Groups) -> None:
                  and trigger_set(k) > trigger_set(key) and _unsized(groups[key], trigger_set(k) - trigger_set(key))]
         if len(sized) == 1:
             _move(groups, key, lambda _n, _f, host=sized[0]: (host, None))
+            continue
+        # nor does it where its Cases hold another key's whole trigger, a size rule, that ablation found for the
+        # same named effect (a word's halves swapped where D is a multiple of 8, and in an fnuz sweep's Case,
+        # whose format ablation alone moved: held-out batch 62)
+        held = [k for k in groups if k != key and "@" in k and same_effect(k) == same_effect(key)
+                and not same_effect(k).endswith("unexplained") and _holds_trigger(groups[key], k)
+                and any(d in SIZE_RULES for d in trigger_set(k))]
+        if len(held) == 1:
+            _move(groups, key, lambda _n, _f, host=held[0]: (host, None))
     for key in sorted(groups, key=lambda k: -len(trigger_set(k))):
         narrower = [k for k in groups if k != key and "@" in k and "@" in key and same_effect(k) == same_effect(key)
                     and (trigger_set(k) < trigger_set(key) or (keyed_by_values(key) and not keyed_by_values(k))
