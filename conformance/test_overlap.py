@@ -79,12 +79,15 @@ def _apart(t: torch.Tensor) -> torch.Tensor:
 
 
 def _inputs_own_buffers(case: Case, sharing: Sharing, impl: Implementation, device: torch.device,
-                        expected: Built) -> bool:
+                        expected: Built | None = None) -> bool:
     """Does the call pass with the caches shared as before, and k and v each in a buffer of its own, laid out and
     aligned as in the shared call (the same values)? Then the inputs' sharing is what the implementation gets
     wrong (a kernel that reuses K's bytes for V when v is k, ignoring v_scale), and not their layout (a vector
     path chosen by the inputs' alignment)."""
     given = build_shared(case, sharing, device)
+    if expected is None:  # the shared call's reference bytes
+        expected = build_shared(case, sharing, device)
+        run_reference(case, device, expected)
     if given.k_padded is not None:  # padded rows: k and v are views of longer tensors; rebuilt from the Case
         separate = Sharing(sharing.caches, InputSharing())
         expected, given = build_shared(case, separate, device), build_shared(case, separate, device)

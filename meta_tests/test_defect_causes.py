@@ -594,6 +594,33 @@ def test_a_defect_of_k_and_v_sharing_memory_is_its_own(tmp_path, monkeypatch):
     assert keys == ["strides:cache-ignored@strided-cache", "wrong-bytes:inputs-shared"], keys
 
 
+def aligned_path_ignores_v_scale(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
+                                 use_triton=True, *, recipe="unfused", checked=False):
+    """A vector path taken only where both inputs are 8-byte aligned, which quantizes V with K's scale."""
+    from kernel import naive_fp8_set_kv_buffer
+    aligned = k.data_ptr() % 8 == 0 and v.data_ptr() % 8 == 0
+    naive_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale, k_scale if aligned else v_scale, page_size,
+                            recipe=recipe, checked=checked)
+
+
+def test_a_path_chosen_by_the_inputs_alignment_is_no_sharing_defect(tmp_path, monkeypatch):
+    """Held-out batch 62: k and v apart, each laid out and aligned as in the shared call, fail as the shared call
+    does, so the failure is not k and v's sharing (rebuilt from the Case's own layouts, V misaligned, it passed)."""
+    import dataclasses
+
+    from conformance.test_overlap import _inputs_own_buffers
+    from strategies.overlap import InputSharing, Pool, Sharing
+    monkeypatch.setenv("KVFP8_FAILURES", str(tmp_path))
+    impl = Implementation("aligned", aligned_path_ignores_v_scale, convention=detect(aligned_path_ignores_v_scale))
+    case = _small().replace(k_scale=Scale("tensor1", 0.3), v_scale=Scale("tensor1", 0.7), recipe="unfused",
+                            v_values="k")
+    case = case.replace(v_layout=dataclasses.replace(case.v_layout, offset=1))
+    halves = Pool(order=(0, 4, 1, 2, 3), extra=(0, 0, 0, 0, 0))
+    assert not _inputs_own_buffers(case, Sharing(halves, InputSharing("same")), impl, CPU)
+    # what the control measured before: k and v in the Case's own layouts, V misaligned, take the right path
+    assert _inputs_own_buffers(case, Sharing(halves, InputSharing()), impl, CPU)
+
+
 def v_quotient_overflow_as_nan(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None, page_size=16,
                                use_triton=True, *, recipe="unfused", checked=False):
     """V's quotient that overflows fp32 is written as NaN (0x7F), not saturated: a V-path value defect that only

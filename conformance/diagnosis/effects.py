@@ -871,34 +871,29 @@ def _page_rest_zeroed(b: Built) -> dict | None:
     return {**call, "_after": [zero]}
 
 
-def _dims_reversed(group: int) -> Callable[[Built], dict | None]:
-    """Each group of `group` dims of a head written in reverse order (a vector store packing its bytes in the
-    wrong order): the call with its inputs' dims so permuted."""
+def _dims_regrouped(group: int, arrange: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[Built], dict | None]:
+    """Each group of `group` dims of a head written in another order, `arrange` of the [..., group] groups: the
+    call with its inputs' dims so permuted."""
     def call(b: Built) -> dict | None:
         t, h, d = b.case.input_shape
         if d % group or group < 2 or t == 0:
             return None
         out = b.call()
         for name in ("k", "v"):
-            x = getattr(b, name).reshape(t, h, d)
-            out[name] = x.reshape(t, h, d // group, group).flip(-1).reshape(t, h, d)
+            out[name] = arrange(getattr(b, name).reshape(t, h, d // group, group)).reshape(t, h, d)
         return out
     return call
+
+
+def _dims_reversed(group: int) -> Callable[[Built], dict | None]:
+    """Each group of dims in reverse order (a vector store packing its bytes in the wrong order)."""
+    return _dims_regrouped(group, lambda x: x.flip(-1))
 
 
 def _dims_halves_swapped(group: int) -> Callable[[Built], dict | None]:
-    """Each group of `group` dims of a head written with its two halves swapped (a wide word built from its two
-    half-words in the wrong order, `(lo << 32) | hi`): the call with its inputs' dims so permuted."""
-    def call(b: Built) -> dict | None:
-        t, h, d = b.case.input_shape
-        if d % group or group < 4 or t == 0:
-            return None
-        out = b.call()
-        for name in ("k", "v"):
-            x = getattr(b, name).reshape(t, h, d // group, 2, group // 2)
-            out[name] = x.flip(-2).reshape(t, h, d)
-        return out
-    return call
+    """Each group of dims with its two halves swapped (a wide word built from its two half-words in the wrong
+    order, `(lo << 32) | hi`)."""
+    return _dims_regrouped(group, lambda x: x.unflatten(-1, (2, group // 2)).flip(-2))
 
 
 def _compacted(loc: torch.Tensor, n: int) -> torch.Tensor:
