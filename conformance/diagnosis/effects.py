@@ -1828,6 +1828,12 @@ def _infinities_only(w: _Written, e: torch.Tensor, held: str) -> str | None:
     return "shown" if bool(((w.actual & 0x7F) == 0x7E)[finite_past].any()) else "possible"
 
 
+def _nan_sign_only(e: torch.Tensor, a: torch.Tensor) -> bool:
+    """Whether every differing byte pair is the same NaN but for its sign bit (0x7F against 0xFF)."""
+    differ = e != a
+    return bool(differ.any()) and bool((((e ^ a) == 0x80) & ((e & 0x7F) == 0x7F))[differ].all())
+
+
 def _fnuz_nan_lost(e: torch.Tensor, a: torch.Tensor) -> bool:
     """Whether every differing byte of an e4m3fnuz cache is its NaN (0x80) written as a finite byte."""
     differ = e != a
@@ -1943,6 +1949,8 @@ def _values(case: Case, expected: Built, actual: Built, before: dict[str, torch.
         if not found:
             found = list(dict.fromkeys(key for key, model in _value_models(w, held, case) if w.fits(model())))
         encoding = encoding_key(e, w.actual) if case.cache_format == "fp8_e4m3" else None  # e4m3's byte rules
+        if case.cache_format == "fp8_e5m2" and _nan_sign_only(e, w.actual):
+            encoding = "encoding:nan-sign"  # e5m2's NaN bytes keep a sign too (0x7F and 0xFF)
         if case.cache_format == "fp8_e4m3fnuz" and not found and _fnuz_nan_lost(e, w.actual):
             encoding = "encoding:nan-lost"  # fnuz's NaN is 0x80: +0 for it differs in its sign bit alone
         infinities = _infinities_only(w, e, held) if encoding == "encoding:nan-past-448" else None
