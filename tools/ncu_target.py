@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from tools import _cli, bench
+from tools import _cli
+from tools.bench import add_locs_argument
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--heads-dims", default="8x128")
     p.add_argument("--mode", default=None, help="a `make bench` mode (tools/bench.py MODES); default per-tensor")
-    bench.add_locs_argument(p)
+    add_locs_argument(p)
     args = p.parse_args(argv)
 
     if _cli.cuda_missing("tools.ncu_target", "ncu profiles a compiled launch"):

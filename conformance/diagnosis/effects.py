@@ -1853,10 +1853,10 @@ def _off_by_one(e: torch.Tensor, a: torch.Tensor, cache_format: str = "fp8_e4m3"
 SUBNORMAL_ONLY = ("subnormal-path", "subnormal-shift", "flush-to-zero")
 
 
-def _below_normal(w: _Written, held: str) -> torch.Tensor:
-    """Which of the rows' elements are nonzero values below the format's smallest normal (the recipe's fp32 value
-    before the cast): the ones an encoder's subnormal path writes."""
-    y = _pre_cast(w.rows, held)[w.tokens]
+def _below_normal(w: _Written, held: str, y: torch.Tensor | None = None) -> torch.Tensor:
+    """Which of the rows' elements are nonzero values below the format's smallest normal (y: the recipe's fp32
+    value before the cast, computed when not given): the ones an encoder's subnormal path writes."""
+    y = _pre_cast(w.rows, held)[w.tokens] if y is None else y
     return (y.abs() < 2.0**CACHE_FORMATS[w.rows.case.cache_format].min_normal_exp) & (y != 0)
 
 
@@ -1867,20 +1867,21 @@ def _subnormal_range_only(w: _Written, e: torch.Tensor, held: str) -> bool:
     return bool(_below_normal(w, held)[e != w.actual].all())
 
 
-def _normal_values_rule(w: _Written, e: torch.Tensor, held: str, case: Case) -> tuple[list[str], torch.Tensor]:
+def _normal_values_rule(w: _Written, e: torch.Tensor, held: str,
+                        case: Case) -> tuple[list[str], torch.Tensor | None]:
     """The value rules that give every byte but those in the subnormal range (the rule's or the recipe's), where
     those differ by no rule: two defects of one encoder, one of them in its subnormal path, which runs on what
     the other rule made of the value (an e5m2 bias constant wrong beside a flush bound one binade high, held-out
     batch 61's pair: a quotient of 2**-10 rebiased to 2**-18 is then flushed). Returns the rules and the bytes
-    the first one leaves to the subnormal path; ([], _) unless some byte differs outside the recipe's subnormal
-    range."""
-    small = _below_normal(w, held)
+    the first one leaves to the subnormal path; ([], None) unless some byte differs outside the recipe's
+    subnormal range."""
+    y = _pre_cast(w.rows, held)[w.tokens]
+    small = _below_normal(w, held, y)
     differ = e != w.actual
-    none = ([], differ & False)
     if not bool((differ & ~small).any()):
-        return none
+        return [], None
     mbits = CACHE_FORMATS[case.cache_format].mantissa_bits
-    nonzero = _pre_cast(w.rows, held)[w.tokens] != 0
+    nonzero = y != 0
     # a byte the subnormal path writes: below the smallest normal, or rounded up to it
     sub_written = (w.actual.to(torch.int64) & 0x7F) <= 1 << mbits
     keys, off = [], None
@@ -1897,7 +1898,7 @@ def _normal_values_rule(w: _Written, e: torch.Tensor, held: str, case: Case) -> 
             continue
         keys.append(key)
         off = missed if off is None else off
-    return (keys, off) if keys else none
+    return keys, off
 
 
 def _sign_only(e: torch.Tensor, a: torch.Tensor) -> str | None:
@@ -2250,7 +2251,11 @@ def byte_kinds(e: torch.Tensor, cache_format: str) -> Counter:
 
 def kinds_text(e: torch.Tensor, cache_format: str) -> str:
     """byte_kinds in words, commonest first: '14 subnormal, 2 normal'."""
-    return ", ".join(f"{n} {kind}" for kind, n in byte_kinds(e, cache_format).most_common())
+    return _kinds_words(byte_kinds(e, cache_format).most_common())
+
+
+def _kinds_words(kinds: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in kinds)
 
 
 def unexplained(key: str, expected: Built, actual: Built, why: str = "") -> Effect:
@@ -2273,8 +2278,7 @@ def summary(expected: Built, actual: Built) -> tuple[str, tuple[str, ...]]:
         differing.append(e[d][:4096])
     top = ", ".join(f"0x{x:02X}->0x{y:02X} x{n}" for (x, y), n in pairs.most_common(5))
     kinds = byte_kinds(torch.cat(differing), expected.case.cache_format).most_common()
-    where = ", ".join(f"{n} {kind}" for kind, n in kinds)
-    return f"{total} bytes differ; commonest (expected->actual): {top}; expected values: {where}", \
+    return f"{total} bytes differ; commonest (expected->actual): {top}; expected values: {_kinds_words(kinds)}", \
         tuple(kind for kind, _ in kinds)
 
 
